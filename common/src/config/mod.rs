@@ -1,0 +1,488 @@
+//! The conductor's configuration, read from magnum.conf the way oslo.config
+//! reads it (see [`ini`]), typed with Magnum's and oslo.messaging's
+//! defaults for every option this conductor uses.
+//!
+//! Options the conductor does not read (magnum.conf is shared with
+//! magnum-api) are ignored with a debug log. An option that is set but
+//! invalid is a startup error naming `[group] option`.
+
+pub mod ini;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use crate::secret::Secret;
+use crate::transport_url::{TransportUrl, TransportUrlError};
+pub use ini::{Layered, LoadError};
+
+/// Why the configuration is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0}")]
+    Load(#[from] LoadError),
+    #[error("invalid value for [{group}] {name}: {reason}")]
+    Invalid { group: &'static str, name: &'static str, reason: String },
+    #[error("[DEFAULT] transport_url: {0}")]
+    TransportUrl(#[from] TransportUrlError),
+    #[error("configuration error: {0}")]
+    Conflict(String),
+}
+
+/// `[DEFAULT]` options.
+#[derive(Debug, Clone)]
+pub struct DefaultOpts {
+    /// `transport_url` (a secret: it holds the broker password).
+    pub transport_url: Secret,
+    /// `host`: names the `magnum_service` row (Magnum 23: no default).
+    pub host: Option<String>,
+    /// `control_exchange`: Magnum sets it to `magnum`.
+    pub control_exchange: String,
+    pub rpc_response_timeout: u64,
+    pub debug: bool,
+    pub rpc_ping_enabled: bool,
+    /// Concurrency of RPC handling (`executor_thread_pool_size`).
+    pub executor_thread_pool_size: usize,
+}
+
+/// `[conductor]` options.
+#[derive(Debug, Clone)]
+pub struct ConductorOpts {
+    pub topic: String,
+    /// Largest request body (after decompression) we decode, in bytes.
+    pub max_message_bytes: usize,
+}
+
+/// `[oslo_messaging_rabbit]` options that change what is declared or how we
+/// connect, after the transport URL's query overrides.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RabbitOpts {
+    pub amqp_durable_queues: bool,
+    pub amqp_auto_delete: bool,
+    pub rabbit_ha_queues: bool,
+    pub rabbit_quorum_queue: bool,
+    pub rabbit_transient_quorum_queue: bool,
+    pub rabbit_quorum_delivery_limit: i64,
+    pub rabbit_quorum_max_memory_length: i64,
+    pub rabbit_quorum_max_memory_bytes: i64,
+    pub rabbit_transient_queues_ttl: i64,
+    pub rabbit_stream_fanout: bool,
+    pub use_queue_manager: bool,
+    pub hostname: String,
+    pub processname: String,
+    pub rabbit_qos_prefetch_count: u16,
+    pub heartbeat_timeout_threshold: u16,
+    pub heartbeat_rate: u32,
+    pub kombu_reconnect_delay: f64,
+    pub kombu_missing_consumer_retry_timeout: u64,
+    pub direct_mandatory_flag: bool,
+    pub enable_cancel_on_failover: bool,
+    pub kombu_compression: Option<String>,
+    pub rabbit_login_method: String,
+    pub rabbit_retry_interval: u64,
+    pub rabbit_retry_backoff: u64,
+    pub rabbit_interval_max: u64,
+    pub ssl: bool,
+    pub ssl_version: String,
+    pub ssl_key_file: String,
+    pub ssl_cert_file: String,
+    pub ssl_ca_file: String,
+}
+
+impl RabbitOpts {
+    /// Exchange `E` and topic queues are durable with either flag.
+    pub fn durable(&self) -> bool {
+        self.amqp_durable_queues || self.rabbit_quorum_queue
+    }
+}
+
+/// `[metrics]`: our own group for the Prometheus/health endpoint.
+#[derive(Debug, Clone)]
+pub struct MetricsOpts {
+    /// `listen`: address of `/metrics`, `/healthz`, `/readyz`; empty disables.
+    pub listen: Option<SocketAddr>,
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub default: DefaultOpts,
+    pub conductor: ConductorOpts,
+    pub rabbit: RabbitOpts,
+    pub metrics: MetricsOpts,
+    pub transport: TransportUrl,
+    pub files: Vec<String>,
+}
+
+/// Every option this conductor reads, by group (others are logged and ignored).
+const KNOWN: &[(&str, &[&str])] = &[
+    (
+        "DEFAULT",
+        &["transport_url", "host", "control_exchange", "rpc_response_timeout", "debug", "rpc_ping_enabled",
+          "executor_thread_pool_size"],
+    ),
+    ("conductor", &["topic", "max_message_bytes"]),
+    (
+        "oslo_messaging_rabbit",
+        &["amqp_durable_queues", "amqp_auto_delete", "rabbit_ha_queues", "rabbit_quorum_queue",
+          "rabbit_transient_quorum_queue", "rabbit_quorum_delivery_limit", "rabbit_quorum_max_memory_length",
+          "rabbit_quorum_max_memory_bytes", "rabbit_transient_queues_ttl", "rabbit_stream_fanout",
+          "use_queue_manager", "hostname", "processname", "rabbit_qos_prefetch_count",
+          "heartbeat_timeout_threshold", "heartbeat_rate", "kombu_reconnect_delay",
+          "kombu_missing_consumer_retry_timeout", "kombu_reconnect_timeout", "direct_mandatory_flag",
+          "enable_cancel_on_failover", "kombu_compression", "rabbit_login_method", "rabbit_retry_interval",
+          "rabbit_retry_backoff", "rabbit_interval_max", "ssl", "ssl_version", "ssl_key_file", "ssl_cert_file",
+          "ssl_ca_file"],
+    ),
+    ("metrics", &["listen"]),
+];
+
+/// Typed reads of one group, with oslo.config's value syntax.
+struct Group<'a> {
+    layered: &'a Layered,
+    name: &'static str,
+    /// Values that win over the files (the transport URL query).
+    overrides: Option<&'a std::collections::BTreeMap<String, String>>,
+}
+
+impl Group<'_> {
+    fn raw(&self, name: &'static str) -> Option<String> {
+        if let Some(v) = self.overrides.and_then(|o| o.get(name)) {
+            return Some(v.clone());
+        }
+        self.layered.get(self.name, name).map(|v| interpolate(self.layered, self.name, v, 0))
+    }
+    fn invalid(&self, name: &'static str, reason: String) -> ConfigError {
+        ConfigError::Invalid { group: self.name, name, reason }
+    }
+    fn string(&self, name: &'static str, default: &str) -> String {
+        self.raw(name).unwrap_or_else(|| default.to_string())
+    }
+    fn opt_string(&self, name: &'static str) -> Option<String> {
+        self.raw(name).filter(|s| !s.is_empty())
+    }
+    fn boolean(&self, name: &'static str, default: bool) -> Result<bool, ConfigError> {
+        match self.raw(name) {
+            None => Ok(default),
+            Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+                "true" | "1" | "on" | "yes" => Ok(true),
+                "false" | "0" | "off" | "no" => Ok(false),
+                _ => Err(self.invalid(name, format!("{v:?} is not a boolean"))),
+            },
+        }
+    }
+    fn int(&self, name: &'static str, default: i64, min: Option<i64>, max: Option<i64>) -> Result<i64, ConfigError> {
+        let Some(v) = self.raw(name) else { return Ok(default) };
+        let n: i64 = v.trim().parse().map_err(|_| self.invalid(name, format!("{v:?} is not an integer")))?;
+        if let Some(lo) = min.filter(|lo| n < *lo) {
+            return Err(self.invalid(name, format!("{n} is less than the minimum {lo}")));
+        }
+        if let Some(hi) = max.filter(|hi| n > *hi) {
+            return Err(self.invalid(name, format!("{n} is greater than the maximum {hi}")));
+        }
+        Ok(n)
+    }
+    fn float(&self, name: &'static str, default: f64, min: f64) -> Result<f64, ConfigError> {
+        let Some(v) = self.raw(name) else { return Ok(default) };
+        let n: f64 = v.trim().parse().map_err(|_| self.invalid(name, format!("{v:?} is not a number")))?;
+        if !n.is_finite() || n < min {
+            return Err(self.invalid(name, format!("{n} is less than the minimum {min}")));
+        }
+        Ok(n)
+    }
+    fn choice(&self, name: &'static str, default: &str, choices: &[&str]) -> Result<String, ConfigError> {
+        let v = self.string(name, default);
+        if choices.contains(&v.as_str()) {
+            Ok(v)
+        } else {
+            Err(self.invalid(name, format!("{v:?} is not one of {choices:?}")))
+        }
+    }
+}
+
+/// oslo.config's `$opt` / `${group.opt}` substitution against values set in
+/// the files (`safe_substitute`: unknown names stay as written; `$$` and
+/// `\$` are a literal `$`).
+pub fn interpolate(layered: &Layered, group: &str, value: &str, depth: usize) -> String {
+    if !value.contains('$') || depth > 8 {
+        return value.to_string();
+    }
+    let value = value.replace("\\$", "$$");
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value.as_str();
+    while let Some(pos) = rest.find('$') {
+        out.push_str(&rest[..pos]);
+        let after = &rest[pos + 1..];
+        if let Some(r) = after.strip_prefix('$') {
+            out.push('$');
+            rest = r;
+            continue;
+        }
+        let (name, consumed) = if let Some(inner) = after.strip_prefix('{') {
+            match inner.find('}') {
+                Some(end) => (&inner[..end], end + 2),
+                None => ("", 0),
+            }
+        } else {
+            let len = after
+                .char_indices()
+                .take_while(|(i, c)| {
+                    if *i == 0 { c.is_ascii_alphabetic() || *c == '_' } else { c.is_ascii_alphanumeric() || *c == '_' || *c == '.' }
+                })
+                .count();
+            (&after[..len], len)
+        };
+        let valid = !name.is_empty()
+            && name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+        let found = valid.then(|| lookup(layered, group, name)).flatten();
+        match found {
+            Some(v) => {
+                out.push_str(&interpolate(layered, group, &v, depth + 1));
+                rest = &after[consumed..];
+            }
+            None => {
+                out.push('$');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn lookup(layered: &Layered, group: &str, name: &str) -> Option<String> {
+    if let Some((g, opt)) = name.split_once('.')
+        && let Some(v) = layered.get(g, opt)
+    {
+        return Some(v.to_string());
+    }
+    layered.get(group, name).or_else(|| layered.get("DEFAULT", name)).map(str::to_string)
+}
+
+fn system_hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+fn process_name() -> String {
+    std::env::args()
+        .next()
+        .and_then(|a| std::path::Path::new(&a).file_name().map(|f| f.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "magnum-conductor".to_string())
+}
+
+impl Config {
+    /// Load `--config-file`s and `--config-dir`s.
+    pub fn load(files: &[PathBuf], dirs: &[PathBuf]) -> Result<Config, ConfigError> {
+        let layered = Layered::load(files, dirs)?;
+        Config::from_layered(&layered)
+    }
+
+    /// Type the options of already-loaded files.
+    pub fn from_layered(layered: &Layered) -> Result<Config, ConfigError> {
+        for (group, key) in layered.keys() {
+            let known = KNOWN.iter().any(|(g, keys)| *g == group && keys.contains(&key.as_str()));
+            if !known {
+                tracing::debug!(group = %group, option = %key, "option not used by this conductor, ignored");
+            }
+        }
+        let d = Group { layered, name: "DEFAULT", overrides: None };
+        let transport_url = d.string("transport_url", "rabbit://");
+        let transport = TransportUrl::parse(&transport_url)?;
+        let default = DefaultOpts {
+            transport_url: Secret::new(transport_url),
+            host: d.opt_string("host"),
+            control_exchange: d.string("control_exchange", "magnum"),
+            rpc_response_timeout: d.int("rpc_response_timeout", 60, Some(1), None)? as u64,
+            debug: d.boolean("debug", false)?,
+            rpc_ping_enabled: d.boolean("rpc_ping_enabled", false)?,
+            executor_thread_pool_size: d.int("executor_thread_pool_size", 64, Some(1), Some(100_000))? as usize,
+        };
+        let c = Group { layered, name: "conductor", overrides: None };
+        let conductor = ConductorOpts {
+            topic: c.string("topic", "magnum-conductor"),
+            max_message_bytes: c.int("max_message_bytes", 128 << 20, Some(1024), None)? as usize,
+        };
+        if conductor.topic.is_empty() {
+            return Err(ConfigError::Invalid { group: "conductor", name: "topic", reason: "must not be empty".into() });
+        }
+        let r = Group { layered, name: "oslo_messaging_rabbit", overrides: Some(&transport.query) };
+        for key in transport.query.keys() {
+            let known = KNOWN.iter().any(|(g, keys)| *g == "oslo_messaging_rabbit" && keys.contains(&key.as_str()));
+            if !known {
+                tracing::debug!(option = %key, "transport_url query parameter not used by this conductor, ignored");
+            }
+        }
+        let missing_retry = match r.raw("kombu_missing_consumer_retry_timeout") {
+            Some(_) => r.int("kombu_missing_consumer_retry_timeout", 60, Some(0), None)?,
+            None => r.int("kombu_reconnect_timeout", 60, Some(0), None)?,
+        };
+        let rabbit = RabbitOpts {
+            amqp_durable_queues: r.boolean("amqp_durable_queues", false)?,
+            amqp_auto_delete: r.boolean("amqp_auto_delete", false)?,
+            rabbit_ha_queues: r.boolean("rabbit_ha_queues", false)?,
+            rabbit_quorum_queue: r.boolean("rabbit_quorum_queue", false)?,
+            rabbit_transient_quorum_queue: r.boolean("rabbit_transient_quorum_queue", false)?,
+            rabbit_quorum_delivery_limit: r.int("rabbit_quorum_delivery_limit", 0, Some(0), None)?,
+            rabbit_quorum_max_memory_length: r.int("rabbit_quorum_max_memory_length", 0, Some(0), None)?,
+            rabbit_quorum_max_memory_bytes: r.int("rabbit_quorum_max_memory_bytes", 0, Some(0), None)?,
+            rabbit_transient_queues_ttl: r.int("rabbit_transient_queues_ttl", 1800, Some(0), None)?,
+            rabbit_stream_fanout: r.boolean("rabbit_stream_fanout", false)?,
+            use_queue_manager: r.boolean("use_queue_manager", false)?,
+            hostname: r.opt_string("hostname").unwrap_or_else(system_hostname),
+            processname: r.opt_string("processname").unwrap_or_else(process_name),
+            rabbit_qos_prefetch_count: r.int("rabbit_qos_prefetch_count", 0, Some(0), Some(65535))? as u16,
+            heartbeat_timeout_threshold: r.int("heartbeat_timeout_threshold", 60, Some(0), Some(65535))? as u16,
+            heartbeat_rate: r.int("heartbeat_rate", 3, Some(1), None)? as u32,
+            kombu_reconnect_delay: r.float("kombu_reconnect_delay", 1.0, 0.0)?,
+            kombu_missing_consumer_retry_timeout: missing_retry as u64,
+            direct_mandatory_flag: r.boolean("direct_mandatory_flag", true)?,
+            enable_cancel_on_failover: r.boolean("enable_cancel_on_failover", false)?,
+            kombu_compression: r.opt_string("kombu_compression"),
+            rabbit_login_method: r.choice(
+                "rabbit_login_method",
+                "AMQPLAIN",
+                &["PLAIN", "AMQPLAIN", "EXTERNAL", "RABBIT-CR-DEMO"],
+            )?,
+            rabbit_retry_interval: r.int("rabbit_retry_interval", 1, Some(1), None)? as u64,
+            rabbit_retry_backoff: r.int("rabbit_retry_backoff", 2, Some(0), None)? as u64,
+            rabbit_interval_max: r.int("rabbit_interval_max", 30, Some(1), None)? as u64,
+            ssl: r.boolean("ssl", false)?,
+            ssl_version: r.string("ssl_version", ""),
+            ssl_key_file: r.string("ssl_key_file", ""),
+            ssl_cert_file: r.string("ssl_cert_file", ""),
+            ssl_ca_file: r.string("ssl_ca_file", ""),
+        };
+        // The same startup checks oslo.messaging makes.
+        if rabbit.rabbit_quorum_queue && rabbit.rabbit_ha_queues {
+            return Err(ConfigError::Conflict(
+                "[oslo_messaging_rabbit] rabbit_quorum_queue and rabbit_ha_queues both enabled, queue type is quorum or HA (mirrored) not both".into(),
+            ));
+        }
+        if rabbit.rabbit_stream_fanout && rabbit.rabbit_qos_prefetch_count == 0 {
+            return Err(ConfigError::Conflict(
+                "[oslo_messaging_rabbit] rabbit_stream_fanout needs rabbit_qos_prefetch_count to be set to a value greater than 0".into(),
+            ));
+        }
+        if rabbit.rabbit_stream_fanout && !rabbit.rabbit_transient_quorum_queue {
+            return Err(ConfigError::Conflict(
+                "[oslo_messaging_rabbit] rabbit_stream_fanout needs rabbit_transient_quorum_queue to be set to true".into(),
+            ));
+        }
+        if let Some(c) = &rabbit.kombu_compression
+            && rpc_compression_supported(c).is_none()
+        {
+            return Err(ConfigError::Invalid {
+                group: "oslo_messaging_rabbit",
+                name: "kombu_compression",
+                reason: format!("{c:?} is not supported (use gzip, bz2 or lzma)"),
+            });
+        }
+        if !rabbit.ssl_version.is_empty()
+            && !["tlsv1", "sslv23", "tlsv1_1", "tlsv1_2"].contains(&rabbit.ssl_version.to_ascii_lowercase().as_str())
+        {
+            return Err(ConfigError::Invalid {
+                group: "oslo_messaging_rabbit",
+                name: "ssl_version",
+                reason: format!("invalid SSL version {:?}", rabbit.ssl_version),
+            });
+        }
+        let m = Group { layered, name: "metrics", overrides: None };
+        let listen = match m.raw("listen") {
+            None => Some(SocketAddr::from(([127, 0, 0, 1], 9323))),
+            Some(s) if s.trim().is_empty() => None,
+            Some(s) => Some(s.trim().parse().map_err(|_| ConfigError::Invalid {
+                group: "metrics",
+                name: "listen",
+                reason: format!("{s:?} is not an address:port"),
+            })?),
+        };
+        Ok(Config {
+            default,
+            conductor,
+            rabbit,
+            metrics: MetricsOpts { listen },
+            transport,
+            files: layered.file_names().into_iter().map(str::to_string).collect(),
+        })
+    }
+}
+
+/// The compression names kombu accepts that we implement.
+fn rpc_compression_supported(name: &str) -> Option<()> {
+    matches!(name, "gzip" | "zlib" | "bz2" | "bzip2" | "lzma" | "xz").then_some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn conf(text: &str) -> Result<Config, ConfigError> {
+        let mut l = Layered::default();
+        l.push_text(Path::new("t.conf"), text).map_err(LoadError::Parse)?;
+        Config::from_layered(&l)
+    }
+
+    #[test]
+    fn defaults_match_magnum_and_oslo() {
+        let c = conf("[DEFAULT]\n").unwrap();
+        assert_eq!(c.default.control_exchange, "magnum");
+        assert_eq!(c.conductor.topic, "magnum-conductor");
+        assert_eq!(c.default.rpc_response_timeout, 60);
+        assert!(!c.rabbit.durable());
+        assert_eq!(c.rabbit.rabbit_transient_queues_ttl, 1800);
+        assert_eq!(c.rabbit.heartbeat_timeout_threshold, 60);
+        assert_eq!(c.rabbit.kombu_missing_consumer_retry_timeout, 60);
+        assert!(c.rabbit.direct_mandatory_flag);
+        assert!(c.default.host.is_none());
+    }
+
+    #[test]
+    fn url_query_overrides_rabbit_options() {
+        let c = conf(
+            "[DEFAULT]\ntransport_url = rabbit://u:p@h:5672/?amqp_durable_queues=true&ssl=1\n[oslo_messaging_rabbit]\namqp_durable_queues = false\n",
+        )
+        .unwrap();
+        assert!(c.rabbit.amqp_durable_queues && c.rabbit.ssl);
+    }
+
+    #[test]
+    fn invalid_values_name_the_option() {
+        let e = conf("[oslo_messaging_rabbit]\nrabbit_qos_prefetch_count = lots\n").unwrap_err().to_string();
+        assert_eq!(e, "invalid value for [oslo_messaging_rabbit] rabbit_qos_prefetch_count: \"lots\" is not an integer");
+        let e = conf("[DEFAULT]\ndebug = maybe\n").unwrap_err().to_string();
+        assert!(e.contains("[DEFAULT] debug"), "{e}");
+        assert!(conf("[oslo_messaging_rabbit]\nrabbit_quorum_queue = true\nrabbit_ha_queues = true\n").is_err());
+        assert!(conf("[oslo_messaging_rabbit]\nrabbit_stream_fanout = true\nrabbit_transient_quorum_queue = true\n").is_err());
+        assert!(conf("[oslo_messaging_rabbit]\nkombu_compression = snappy\n").is_err());
+        assert!(conf("[oslo_messaging_rabbit]\nrabbit_login_method = NTLM\n").is_err());
+        assert!(conf("[metrics]\nlisten = nowhere\n").is_err());
+    }
+
+    #[test]
+    fn unknown_options_are_fine_and_secrets_hidden() {
+        let c = conf("[DEFAULT]\ntransport_url = rabbit://u:s3cr%23t@h/\nfoo = bar\n[keystone_authtoken]\npassword = x\n").unwrap();
+        assert_eq!(c.transport.hosts[0].password.as_ref().unwrap().expose(), "s3cr#t");
+        assert!(!format!("{c:?}").contains("s3cr#t"));
+    }
+
+    #[test]
+    fn interpolation() {
+        let c = conf("[DEFAULT]\nmy_host = node7\nhost = $my_host\n[conductor]\ntopic = ${DEFAULT.my_host}-topic\n").unwrap();
+        assert_eq!(c.default.host.as_deref(), Some("node7"));
+        assert_eq!(c.conductor.topic, "node7-topic");
+        let c = conf("[DEFAULT]\nhost = a$$b\\$c$unknown\n").unwrap();
+        assert_eq!(c.default.host.as_deref(), Some("a$b$c$unknown"));
+    }
+
+    #[test]
+    fn metrics_listen() {
+        assert_eq!(conf("[metrics]\nlisten = 0.0.0.0:9999\n").unwrap().metrics.listen.unwrap().port(), 9999);
+        assert!(conf("[metrics]\nlisten =\n").unwrap().metrics.listen.is_none());
+    }
+}
