@@ -21,7 +21,11 @@ impl Secret {
 
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_empty() { "\"\"" } else { "\"<redacted>\"" })
+        f.write_str(if self.0.is_empty() {
+            "\"\""
+        } else {
+            "\"<redacted>\""
+        })
     }
 }
 

@@ -20,7 +20,11 @@ pub fn from_uuid(u: &uuid::Uuid) -> String {
     let bytes: Vec<u8> = (0..8)
         .map(|i| {
             let off: i32 = 52 - 8 * i;
-            let v = if off >= 0 { time >> off } else { time << (-off) };
+            let v = if off >= 0 {
+                time >> off
+            } else {
+                time << (-off)
+            };
             (v & 0xff) as u8
         })
         .collect();
@@ -57,7 +61,10 @@ mod tests {
         assert_eq!(from_uuid(&u), PYTHON_ID);
         let id = generate_id();
         assert_eq!(id.len(), 12);
-        assert!(id.chars().all(|c| c.is_ascii_lowercase() || ('2'..='7').contains(&c)));
+        assert!(
+            id.chars()
+                .all(|c| c.is_ascii_lowercase() || ('2'..='7').contains(&c))
+        );
     }
 
     const PYTHON_ID: &str = "66tmh2splmos";

@@ -52,7 +52,9 @@ fn decode(s: &str) -> String {
 fn parse_query(q: &str) -> BTreeMap<String, String> {
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for pair in q.split(['&', ';']) {
-        let Some((k, v)) = pair.split_once('=') else { continue };
+        let Some((k, v)) = pair.split_once('=') else {
+            continue;
+        };
         if v.is_empty() {
             continue; // parse_qs drops blank values
         }
@@ -99,17 +101,31 @@ impl TransportUrl {
                 None => (None, None),
             };
             let (hostname, port) = split_host_port(hostport)?;
-            hosts.push(TransportHost { hostname, port, username, password });
+            hosts.push(TransportHost {
+                hostname,
+                port,
+                username,
+                password,
+            });
         }
-        Ok(TransportUrl { transport, virtual_host, hosts, query: parse_query(query) })
+        Ok(TransportUrl {
+            transport,
+            virtual_host,
+            hosts,
+            query: parse_query(query),
+        })
     }
 }
 
 /// oslo_utils `netutils.parse_host_port`: `host`, `host:port`, `[v6]:port`.
 fn split_host_port(s: &str) -> Result<(String, Option<u16>), TransportUrlError> {
-    let bad = || TransportUrlError::BadPort { host: s.to_string() };
+    let bad = || TransportUrlError::BadPort {
+        host: s.to_string(),
+    };
     if let Some(rest) = s.strip_prefix('[') {
-        let (h, after) = rest.split_once(']').ok_or_else(|| TransportUrlError::Other(format!("bad host {s:?}")))?;
+        let (h, after) = rest
+            .split_once(']')
+            .ok_or_else(|| TransportUrlError::Other(format!("bad host {s:?}")))?;
         let port = match after.strip_prefix(':') {
             Some(p) if !p.is_empty() => Some(p.parse().map_err(|_| bad())?),
             _ => None,
@@ -156,10 +172,21 @@ mod tests {
         let u = TransportUrl::parse("rabbit://a:b:c@h/v?x=1&x=2").unwrap();
         assert_eq!(u.hosts[0].password.as_ref().unwrap().expose(), "b:c");
         assert_eq!(u.query["x"], "1,2");
-        assert_eq!(TransportUrl::parse("h:5672"), Err(TransportUrlError::NoScheme));
-        assert!(matches!(TransportUrl::parse("zmq://h"), Err(TransportUrlError::UnsupportedTransport(_))));
-        assert!(matches!(TransportUrl::parse("rabbit://u:p@h:notaport/"), Err(TransportUrlError::BadPort { .. })));
-        let err = TransportUrl::parse("rabbit://u:secretpw@h:99999/").unwrap_err().to_string();
+        assert_eq!(
+            TransportUrl::parse("h:5672"),
+            Err(TransportUrlError::NoScheme)
+        );
+        assert!(matches!(
+            TransportUrl::parse("zmq://h"),
+            Err(TransportUrlError::UnsupportedTransport(_))
+        ));
+        assert!(matches!(
+            TransportUrl::parse("rabbit://u:p@h:notaport/"),
+            Err(TransportUrlError::BadPort { .. })
+        ));
+        let err = TransportUrl::parse("rabbit://u:secretpw@h:99999/")
+            .unwrap_err()
+            .to_string();
         assert!(!err.contains("secretpw"), "{err}");
     }
 }

@@ -1,1 +1,19 @@
+//! The Rust `magnum-conductor`.
+//!
+//! Layout:
+//! - [`topology`]: what the RPC server declares, from the oslo options (pure);
+//! - [`amqp`]: connecting and declaring with lapin (thin I/O adapter);
+//! - [`server`]: the receive → decode → dispatch → reply → ack loop, with
+//!   reconnects and graceful shutdown; [`reply`] sends replies;
+//!   [`dedup`] remembers `_unique_id`s;
+//! - [`handlers`]: the interface handlers implement, and this milestone's ones;
+//! - [`metrics`] and [`http`]: Prometheus metrics, health and readiness.
 
+pub mod amqp;
+pub mod dedup;
+pub mod handlers;
+pub mod http;
+pub mod metrics;
+pub mod reply;
+pub mod server;
+pub mod topology;

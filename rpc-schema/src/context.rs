@@ -10,7 +10,13 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 /// Keys whose values are credentials and must never be logged.
-const SECRET_KEYS: &[&str] = &["auth_token", "auth_token_info", "password", "trust_id", "trustee_password"];
+const SECRET_KEYS: &[&str] = &[
+    "auth_token",
+    "auth_token_info",
+    "password",
+    "trust_id",
+    "trustee_password",
+];
 
 /// The deserialized RPC request context.
 #[derive(Clone, Default, PartialEq)]
@@ -30,13 +36,16 @@ impl RequestContext {
     }
 
     fn str_key(&self, keys: &[&str]) -> Option<&str> {
-        keys.iter().find_map(|k| self.raw.get(*k).and_then(Value::as_str))
+        keys.iter()
+            .find_map(|k| self.raw.get(*k).and_then(Value::as_str))
     }
 
     fn bool_key(&self, key: &str) -> bool {
         match self.raw.get(key) {
             Some(Value::Bool(b)) => *b,
-            Some(Value::String(s)) => matches!(s.to_ascii_lowercase().as_str(), "true" | "1" | "yes" | "on"),
+            Some(Value::String(s)) => {
+                matches!(s.to_ascii_lowercase().as_str(), "true" | "1" | "yes" | "on")
+            }
             Some(Value::Number(n)) => n.as_f64().is_some_and(|f| f != 0.0),
             _ => false,
         }
@@ -118,7 +127,10 @@ mod tests {
         assert!(ctx.is_admin() && ctx.all_tenants());
         assert_eq!(ctx.roles(), vec!["member", "reader"]);
         let dbg = format!("{ctx:?}");
-        assert!(!dbg.contains("gAAAAAsecret") && !dbg.contains("hunter2") && !dbg.contains("catalog"), "{dbg}");
+        assert!(
+            !dbg.contains("gAAAAAsecret") && !dbg.contains("hunter2") && !dbg.contains("catalog"),
+            "{dbg}"
+        );
         assert!(dbg.contains("trace_info"));
         assert!(RequestContext::default().user_id().is_none());
     }

@@ -100,7 +100,10 @@ impl Compression {
     /// Decompress at most `limit` bytes; more is an error (a zip bomb must
     /// not take the process down).
     pub fn decompress(self, body: &[u8], limit: usize) -> Result<Vec<u8>, EnvelopeError> {
-        let err = |reason: String| EnvelopeError::Decompress { kind: self.name(), reason };
+        let err = |reason: String| EnvelopeError::Decompress {
+            kind: self.name(),
+            reason,
+        };
         let mut out = Vec::new();
         match self {
             Compression::Zlib => {
@@ -117,8 +120,12 @@ impl Compression {
             }
             Compression::Xz => {
                 let mut reader = std::io::BufReader::new(body);
-                let mut limited = LimitedWriter { inner: &mut out, left: limit + 1 };
-                lzma_rs::xz_decompress(&mut reader, &mut limited).map_err(|e| err(format!("{e:?}")))?;
+                let mut limited = LimitedWriter {
+                    inner: &mut out,
+                    left: limit + 1,
+                };
+                lzma_rs::xz_decompress(&mut reader, &mut limited)
+                    .map_err(|e| err(format!("{e:?}")))?;
             }
         }
         if out.len() > limit {
@@ -132,7 +139,8 @@ impl Compression {
         use std::io::Write;
         match self {
             Compression::Zlib => {
-                let mut enc = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+                let mut enc =
+                    flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
                 // Writing into a Vec cannot fail.
                 let _ = enc.write_all(body);
                 enc.finish().unwrap_or_default()
@@ -196,7 +204,8 @@ pub fn decode(body: &[u8], limit: usize) -> Result<Map<String, Value>, EnvelopeE
     if body.len() > limit {
         return Err(EnvelopeError::TooLarge { limit });
     }
-    let outer: Value = serde_json::from_slice(body).map_err(|e| EnvelopeError::NotJson(e.to_string()))?;
+    let outer: Value =
+        serde_json::from_slice(body).map_err(|e| EnvelopeError::NotJson(e.to_string()))?;
     let Value::Object(mut outer) = outer else {
         return Err(EnvelopeError::NotAnObject);
     };
@@ -216,12 +225,20 @@ pub fn decode(body: &[u8], limit: usize) -> Result<Map<String, Value>, EnvelopeE
     }
     let inner = match outer.remove(MESSAGE_KEY) {
         Some(Value::String(s)) => s,
-        Some(other) => return Err(EnvelopeError::BadInnerMessage(format!("found {}", type_name(&other)))),
+        Some(other) => {
+            return Err(EnvelopeError::BadInnerMessage(format!(
+                "found {}",
+                type_name(&other)
+            )));
+        }
         None => String::new(),
     };
     match serde_json::from_str::<Value>(&inner) {
         Ok(Value::Object(m)) => Ok(m),
-        Ok(other) => Err(EnvelopeError::BadInnerMessage(format!("found {}", type_name(&other)))),
+        Ok(other) => Err(EnvelopeError::BadInnerMessage(format!(
+            "found {}",
+            type_name(&other)
+        ))),
         Err(e) => Err(EnvelopeError::BadInnerMessage(e.to_string())),
     }
 }
@@ -230,8 +247,14 @@ pub fn decode(body: &[u8], limit: usize) -> Result<Map<String, Value>, EnvelopeE
 /// and kombu would.
 pub fn encode(inner: &Map<String, Value>) -> Vec<u8> {
     let mut outer = Map::new();
-    outer.insert(VERSION_KEY.to_string(), Value::String(ENVELOPE_VERSION.to_string()));
-    outer.insert(MESSAGE_KEY.to_string(), Value::String(pyjson::to_string(inner)));
+    outer.insert(
+        VERSION_KEY.to_string(),
+        Value::String(ENVELOPE_VERSION.to_string()),
+    );
+    outer.insert(
+        MESSAGE_KEY.to_string(),
+        Value::String(pyjson::to_string(inner)),
+    );
     pyjson::to_vec(&outer)
 }
 
@@ -265,16 +288,37 @@ mod tests {
 
     #[test]
     fn rejects_bad_envelopes() {
-        assert!(matches!(decode(b"nope", LIMIT), Err(EnvelopeError::NotJson(_))));
-        assert!(matches!(decode(b"[1]", LIMIT), Err(EnvelopeError::NotAnObject)));
-        assert!(matches!(decode(b"\xff\xfe", LIMIT), Err(EnvelopeError::NotJson(_))));
+        assert!(matches!(
+            decode(b"nope", LIMIT),
+            Err(EnvelopeError::NotJson(_))
+        ));
+        assert!(matches!(
+            decode(b"[1]", LIMIT),
+            Err(EnvelopeError::NotAnObject)
+        ));
+        assert!(matches!(
+            decode(b"\xff\xfe", LIMIT),
+            Err(EnvelopeError::NotJson(_))
+        ));
         let v3 = br#"{"oslo.version": "3.0", "oslo.message": "{}"}"#;
-        assert_eq!(decode(v3, LIMIT), Err(EnvelopeError::UnsupportedEnvelopeVersion("3.0".into())));
+        assert_eq!(
+            decode(v3, LIMIT),
+            Err(EnvelopeError::UnsupportedEnvelopeVersion("3.0".into()))
+        );
         let v21 = br#"{"oslo.version": "2.1", "oslo.message": "{}"}"#;
-        assert!(matches!(decode(v21, LIMIT), Err(EnvelopeError::UnsupportedEnvelopeVersion(_))));
+        assert!(matches!(
+            decode(v21, LIMIT),
+            Err(EnvelopeError::UnsupportedEnvelopeVersion(_))
+        ));
         let nested = br#"{"oslo.version": "2.0", "oslo.message": {"method": "x"}}"#;
-        assert!(matches!(decode(nested, LIMIT), Err(EnvelopeError::BadInnerMessage(_))));
-        assert!(matches!(decode(&[b' '; 100], 10), Err(EnvelopeError::TooLarge { .. })));
+        assert!(matches!(
+            decode(nested, LIMIT),
+            Err(EnvelopeError::BadInnerMessage(_))
+        ));
+        assert!(matches!(
+            decode(&[b' '; 100], 10),
+            Err(EnvelopeError::TooLarge { .. })
+        ));
     }
 
     #[test]
@@ -296,7 +340,10 @@ mod tests {
         for c in [Compression::Zlib, Compression::Bz2, Compression::Xz] {
             let packed = c.compress(&data);
             assert_eq!(c.decompress(&packed, LIMIT).unwrap(), data, "{c:?}");
-            assert!(c.decompress(&packed, 100).is_err(), "{c:?} must respect the limit");
+            assert!(
+                c.decompress(&packed, 100).is_err(),
+                "{c:?} must respect the limit"
+            );
             assert!(c.decompress(b"garbage", LIMIT).is_err());
         }
         assert_eq!(Compression::from_option("gzip"), Some(Compression::Zlib));

@@ -50,11 +50,19 @@ impl RemoteFailure {
 
     /// Like [`RemoteFailure::magnum`] with an explicit message, as in
     /// `Class(message, **kwargs)`.
-    pub fn magnum_with_message(class: &str, message: &str, kwargs: Map<String, Value>) -> RemoteFailure {
+    pub fn magnum_with_message(
+        class: &str,
+        message: &str,
+        kwargs: Map<String, Value>,
+    ) -> RemoteFailure {
         Self::magnum_inner(class, Some(message), kwargs)
     }
 
-    fn magnum_inner(class: &str, message: Option<&str>, mut kwargs: Map<String, Value>) -> RemoteFailure {
+    fn magnum_inner(
+        class: &str,
+        message: Option<&str>,
+        mut kwargs: Map<String, Value>,
+    ) -> RemoteFailure {
         let (class, code, template) = match magnum_exception(class) {
             Some((code, template)) => (class, code, template),
             None => ("MagnumException", 500, "An unknown exception occurred."),
@@ -140,7 +148,12 @@ impl RemoteFailure {
     /// The HTTP code magnum-api would answer with for this failure.
     pub fn http_code(&self) -> u16 {
         if self.module == MAGNUM_MODULE {
-            return self.kwargs.get("code").and_then(Value::as_u64).map(|c| c as u16).unwrap_or(500);
+            return self
+                .kwargs
+                .get("code")
+                .and_then(Value::as_u64)
+                .map(|c| c as u16)
+                .unwrap_or(500);
         }
         500
     }
@@ -181,9 +194,21 @@ impl RemoteFailure {
         Some(RemoteFailure {
             class: o.get("class")?.as_str()?.to_string(),
             module: o.get("module")?.as_str()?.to_string(),
-            message: o.get("message").and_then(Value::as_str).unwrap_or_default().to_string(),
-            args: o.get("args").and_then(Value::as_array).cloned().unwrap_or_default(),
-            kwargs: o.get("kwargs").and_then(Value::as_object).cloned().unwrap_or_default(),
+            message: o
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            args: o
+                .get("args")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
+            kwargs: o
+                .get("kwargs")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default(),
         })
     }
 
@@ -206,7 +231,10 @@ mod tests {
     #[test]
     fn table_is_sorted_for_binary_search() {
         assert!(MAGNUM_EXCEPTIONS.windows(2).all(|w| w[0].0 < w[1].0));
-        assert_eq!(magnum_exception("ClusterNotFound"), Some((404, "Cluster %(cluster)s could not be found.")));
+        assert_eq!(
+            magnum_exception("ClusterNotFound"),
+            Some((404, "Cluster %(cluster)s could not be found."))
+        );
     }
 
     #[test]
@@ -231,7 +259,10 @@ mod tests {
 
     #[test]
     fn dispatcher_errors_match_oslo_text() {
-        assert_eq!(RemoteFailure::no_such_method("foo").message, "Endpoint does not support RPC method foo");
+        assert_eq!(
+            RemoteFailure::no_such_method("foo").message,
+            "Endpoint does not support RPC method foo"
+        );
         assert_eq!(
             RemoteFailure::unsupported_version("1.1", Some("ping_conductor")).message,
             "Endpoint does not support RPC version 1.1. Attempted method: ping_conductor"

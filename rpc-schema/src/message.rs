@@ -46,7 +46,11 @@ impl Incoming {
     /// Split a message dict into routing keys, context and body, as
     /// oslo's `unpack_context` does.
     pub fn from_message(mut msg: Map<String, Value>) -> Incoming {
-        let context_keys: Vec<String> = msg.keys().filter(|k| k.starts_with(CONTEXT_PREFIX)).cloned().collect();
+        let context_keys: Vec<String> = msg
+            .keys()
+            .filter(|k| k.starts_with(CONTEXT_PREFIX))
+            .cloned()
+            .collect();
         let mut ctx = Map::new();
         for k in context_keys {
             if let Some(v) = msg.remove(&k) {
@@ -61,7 +65,14 @@ impl Incoming {
             Some(Value::String(s)) => s.trim().parse().ok(),
             _ => None,
         };
-        Incoming { msg_id, reply_q, unique_id, call_monitor_timeout, context: RequestContext::from_map(ctx), body: msg }
+        Incoming {
+            msg_id,
+            reply_q,
+            unique_id,
+            call_monitor_timeout,
+            context: RequestContext::from_map(ctx),
+            body: msg,
+        }
     }
 
     /// A call expects a reply; a cast does not (decided by `_msg_id` alone).
@@ -94,11 +105,15 @@ impl Incoming {
             None => {
                 return Err(RemoteFailure::builtin(
                     "ValueError",
-                    &format!("invalid RPC version {version:?}: expected major.minor[.revision] integers"),
+                    &format!(
+                        "invalid RPC version {version:?}: expected major.minor[.revision] integers"
+                    ),
                 ));
             }
             Some(false) => return Err(RemoteFailure::unsupported_version(&version, Some(&method))),
-            Some(true) if !namespace_ok => return Err(RemoteFailure::unsupported_version(&version, Some(&method))),
+            Some(true) if !namespace_ok => {
+                return Err(RemoteFailure::unsupported_version(&version, Some(&method)));
+            }
             Some(true) => {}
         }
         let method_ok = matches!(self.body.get("method"), Some(Value::String(_)));
@@ -139,27 +154,46 @@ mod tests {
         assert_eq!(i.context.user_id(), Some("bob"));
         assert_eq!(i.context.raw()["new_thing"], 1);
         assert!(!i.body.contains_key("_msg_id") && !i.body.contains_key("_context_user"));
-        assert_eq!(i.request(|m| m == "ping_conductor").unwrap().method, "ping_conductor");
+        assert_eq!(
+            i.request(|m| m == "ping_conductor").unwrap().method,
+            "ping_conductor"
+        );
     }
 
     #[test]
     fn dispatcher_rules() {
         let known = |m: &str| m == "ping_conductor";
-        let f = incoming(json!({"method": "nope", "args": {}})).request(known).unwrap_err();
+        let f = incoming(json!({"method": "nope", "args": {}}))
+            .request(known)
+            .unwrap_err();
         assert_eq!(f.class, "NoSuchMethod");
-        let f = incoming(json!({"method": "ping_conductor", "version": "1.1"})).request(known).unwrap_err();
+        let f = incoming(json!({"method": "ping_conductor", "version": "1.1"}))
+            .request(known)
+            .unwrap_err();
         assert_eq!(f.class, "UnsupportedVersion");
-        let f = incoming(json!({"method": "ping_conductor", "namespace": "x"})).request(known).unwrap_err();
+        let f = incoming(json!({"method": "ping_conductor", "namespace": "x"}))
+            .request(known)
+            .unwrap_err();
         assert_eq!(f.class, "UnsupportedVersion");
-        let f = incoming(json!({"method": "ping_conductor", "version": "one"})).request(known).unwrap_err();
+        let f = incoming(json!({"method": "ping_conductor", "version": "one"}))
+            .request(known)
+            .unwrap_err();
         assert_eq!(f.class, "ValueError");
         let f = incoming(json!({"args": {}})).request(known).unwrap_err();
         assert_eq!(f.message, "Endpoint does not support RPC method None");
-        let f = incoming(json!({"method": "ping_conductor", "args": [1]})).request(known).unwrap_err();
+        let f = incoming(json!({"method": "ping_conductor", "args": [1]}))
+            .request(known)
+            .unwrap_err();
         assert_eq!(f.class, "TypeError");
-        let f = incoming(json!({"method": "_private"})).request(|_| true).unwrap_err();
+        let f = incoming(json!({"method": "_private"}))
+            .request(|_| true)
+            .unwrap_err();
         assert_eq!(f.class, "NoSuchMethod");
         assert!(!incoming(json!({"method": "x", "_msg_id": ""})).is_call());
-        assert!(incoming(json!({"method": "ping_conductor", "version": "1.0"})).request(known).is_ok());
+        assert!(
+            incoming(json!({"method": "ping_conductor", "version": "1.0"}))
+                .request(known)
+                .is_ok()
+        );
     }
 }

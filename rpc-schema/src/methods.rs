@@ -40,25 +40,114 @@ macro_rules! m {
 /// Every endpoint method of Magnum 23's conductor, in endpoint order,
 /// plus oslo's optional `oslo_rpc_server_ping` (see [`PING_METHOD`]).
 pub static METHODS: &[MethodSpec] = &[
-    m!("object_class_action_versions", [("objname", true), ("objmethod", true), ("object_versions", true), ("args", true), ("kwargs", true)], Call),
-    m!("object_action", [("objinst", true), ("objmethod", true), ("args", true), ("kwargs", true)], Call),
-    m!("object_backport_versions", [("objinst", true), ("object_versions", true)], Call),
-    m!("cluster_create", [("cluster", true), ("master_count", true), ("node_count", true), ("create_timeout", true)], Both),
-    m!("cluster_update", [("cluster", true), ("node_count", true), ("health_status", true), ("health_status_reason", true), ("rollback", false)], Both),
+    m!(
+        "object_class_action_versions",
+        [
+            ("objname", true),
+            ("objmethod", true),
+            ("object_versions", true),
+            ("args", true),
+            ("kwargs", true)
+        ],
+        Call
+    ),
+    m!(
+        "object_action",
+        [
+            ("objinst", true),
+            ("objmethod", true),
+            ("args", true),
+            ("kwargs", true)
+        ],
+        Call
+    ),
+    m!(
+        "object_backport_versions",
+        [("objinst", true), ("object_versions", true)],
+        Call
+    ),
+    m!(
+        "cluster_create",
+        [
+            ("cluster", true),
+            ("master_count", true),
+            ("node_count", true),
+            ("create_timeout", true)
+        ],
+        Both
+    ),
+    m!(
+        "cluster_update",
+        [
+            ("cluster", true),
+            ("node_count", true),
+            ("health_status", true),
+            ("health_status_reason", true),
+            ("rollback", false)
+        ],
+        Both
+    ),
     m!("cluster_delete", [("uuid", true)], Both),
-    m!("cluster_resize", [("cluster", true), ("node_count", true), ("nodes_to_remove", true), ("nodegroup", true)], Both),
-    m!("cluster_upgrade", [("cluster", true), ("cluster_template", true), ("max_batch_size", true), ("nodegroup", true), ("rollback", false)], Call),
+    m!(
+        "cluster_resize",
+        [
+            ("cluster", true),
+            ("node_count", true),
+            ("nodes_to_remove", true),
+            ("nodegroup", true)
+        ],
+        Both
+    ),
+    m!(
+        "cluster_upgrade",
+        [
+            ("cluster", true),
+            ("cluster_template", true),
+            ("max_batch_size", true),
+            ("nodegroup", true),
+            ("rollback", false)
+        ],
+        Call
+    ),
     m!("ping_conductor", [], Call),
     m!("credential_rotate", [("cluster", true)], Both),
-    m!("sign_certificate", [("cluster", true), ("certificate", true)], Call),
-    m!("get_ca_certificate", [("cluster", true), ("ca_cert_type", false)], Call),
+    m!(
+        "sign_certificate",
+        [("cluster", true), ("certificate", true)],
+        Call
+    ),
+    m!(
+        "get_ca_certificate",
+        [("cluster", true), ("ca_cert_type", false)],
+        Call
+    ),
     m!("rotate_ca_certificate", [("cluster", true)], Call),
-    m!("federation_create", [("federation", true), ("create_timeout", true)], Both),
-    m!("federation_update", [("federation", true), ("rollback", false)], Both),
+    m!(
+        "federation_create",
+        [("federation", true), ("create_timeout", true)],
+        Both
+    ),
+    m!(
+        "federation_update",
+        [("federation", true), ("rollback", false)],
+        Both
+    ),
     m!("federation_delete", [("uuid", true)], Both),
-    m!("nodegroup_create", [("cluster", true), ("nodegroup", true)], Both),
-    m!("nodegroup_update", [("cluster", true), ("nodegroup", true)], Both),
-    m!("nodegroup_delete", [("cluster", true), ("nodegroup", true)], Both),
+    m!(
+        "nodegroup_create",
+        [("cluster", true), ("nodegroup", true)],
+        Both
+    ),
+    m!(
+        "nodegroup_update",
+        [("cluster", true), ("nodegroup", true)],
+        Both
+    ),
+    m!(
+        "nodegroup_delete",
+        [("cluster", true), ("nodegroup", true)],
+        Both
+    ),
 ];
 
 /// oslo.messaging's ping endpoint method, present when `rpc_ping_enabled`.
@@ -72,7 +161,12 @@ pub fn method(name: &str) -> Option<&'static MethodSpec> {
 /// A decoded conductor request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ConductorRequest {
-    ClusterCreate { cluster: MagnumObject, master_count: i64, node_count: i64, create_timeout: i64 },
+    ClusterCreate {
+        cluster: MagnumObject,
+        master_count: i64,
+        node_count: i64,
+        create_timeout: i64,
+    },
     ClusterUpdate {
         cluster: MagnumObject,
         node_count: i64,
@@ -80,8 +174,15 @@ pub enum ConductorRequest {
         health_status_reason: Option<Map<String, Value>>,
         rollback: bool,
     },
-    ClusterDelete { uuid: String },
-    ClusterResize { cluster: MagnumObject, node_count: i64, nodes_to_remove: Vec<String>, nodegroup: MagnumObject },
+    ClusterDelete {
+        uuid: String,
+    },
+    ClusterResize {
+        cluster: MagnumObject,
+        node_count: i64,
+        nodes_to_remove: Vec<String>,
+        nodegroup: MagnumObject,
+    },
     ClusterUpgrade {
         cluster: MagnumObject,
         cluster_template: MagnumObject,
@@ -89,16 +190,43 @@ pub enum ConductorRequest {
         nodegroup: MagnumObject,
         rollback: bool,
     },
-    NodegroupCreate { cluster: MagnumObject, nodegroup: MagnumObject },
-    NodegroupUpdate { cluster: MagnumObject, nodegroup: MagnumObject },
-    NodegroupDelete { cluster: MagnumObject, nodegroup: MagnumObject },
-    SignCertificate { cluster: MagnumObject, certificate: MagnumObject },
-    GetCaCertificate { cluster: MagnumObject, ca_cert_type: Option<String> },
-    RotateCaCertificate { cluster: MagnumObject },
-    CredentialRotate { cluster: MagnumObject },
-    FederationCreate { federation: MagnumObject, create_timeout: i64 },
-    FederationUpdate { federation: MagnumObject, rollback: bool },
-    FederationDelete { uuid: String },
+    NodegroupCreate {
+        cluster: MagnumObject,
+        nodegroup: MagnumObject,
+    },
+    NodegroupUpdate {
+        cluster: MagnumObject,
+        nodegroup: MagnumObject,
+    },
+    NodegroupDelete {
+        cluster: MagnumObject,
+        nodegroup: MagnumObject,
+    },
+    SignCertificate {
+        cluster: MagnumObject,
+        certificate: MagnumObject,
+    },
+    GetCaCertificate {
+        cluster: MagnumObject,
+        ca_cert_type: Option<String>,
+    },
+    RotateCaCertificate {
+        cluster: MagnumObject,
+    },
+    CredentialRotate {
+        cluster: MagnumObject,
+    },
+    FederationCreate {
+        federation: MagnumObject,
+        create_timeout: i64,
+    },
+    FederationUpdate {
+        federation: MagnumObject,
+        rollback: bool,
+    },
+    FederationDelete {
+        uuid: String,
+    },
     PingConductor,
     /// oslo's `oslo_rpc_server_ping` (any kwargs).
     OsloPing,
@@ -109,8 +237,16 @@ pub enum ConductorRequest {
         args: Vec<Value>,
         kwargs: Map<String, Value>,
     },
-    ObjectAction { objinst: MagnumObject, objmethod: String, args: Vec<Value>, kwargs: Map<String, Value> },
-    ObjectBackportVersions { objinst: MagnumObject, object_versions: Map<String, Value> },
+    ObjectAction {
+        objinst: MagnumObject,
+        objmethod: String,
+        args: Vec<Value>,
+        kwargs: Map<String, Value>,
+    },
+    ObjectBackportVersions {
+        objinst: MagnumObject,
+        object_versions: Map<String, Value>,
+    },
 }
 
 impl ConductorRequest {
@@ -143,13 +279,19 @@ impl ConductorRequest {
 
     /// Decode the `args` of `method`. `method` must be a known method (or
     /// the ping method); the dispatcher has checked that.
-    pub fn decode(method_name: &str, args: &Map<String, Value>) -> Result<ConductorRequest, RemoteFailure> {
+    pub fn decode(
+        method_name: &str,
+        args: &Map<String, Value>,
+    ) -> Result<ConductorRequest, RemoteFailure> {
         if method_name == PING_METHOD {
             return Ok(ConductorRequest::OsloPing);
         }
         let spec = method(method_name).ok_or_else(|| RemoteFailure::no_such_method(method_name))?;
         check_signature(spec, args)?;
-        let a = Args { method: spec.name, args };
+        let a = Args {
+            method: spec.name,
+            args,
+        };
         use ConductorRequest::*;
         Ok(match spec.name {
             "cluster_create" => ClusterCreate {
@@ -165,7 +307,9 @@ impl ConductorRequest {
                 health_status_reason: a.opt_dict("health_status_reason")?,
                 rollback: a.bool_or("rollback", false),
             },
-            "cluster_delete" => ClusterDelete { uuid: a.string("uuid")? },
+            "cluster_delete" => ClusterDelete {
+                uuid: a.string("uuid")?,
+            },
             "cluster_resize" => ClusterResize {
                 cluster: a.object("cluster", &ovo::CLUSTER)?,
                 node_count: a.int("node_count")?,
@@ -196,8 +340,12 @@ impl ConductorRequest {
                 cluster: a.object("cluster", &ovo::CLUSTER)?,
                 ca_cert_type: a.opt_string("ca_cert_type")?,
             },
-            "rotate_ca_certificate" => RotateCaCertificate { cluster: a.object("cluster", &ovo::CLUSTER)? },
-            "credential_rotate" => CredentialRotate { cluster: a.object("cluster", &ovo::CLUSTER)? },
+            "rotate_ca_certificate" => RotateCaCertificate {
+                cluster: a.object("cluster", &ovo::CLUSTER)?,
+            },
+            "credential_rotate" => CredentialRotate {
+                cluster: a.object("cluster", &ovo::CLUSTER)?,
+            },
             "federation_create" => FederationCreate {
                 federation: a.object("federation", &ovo::FEDERATION)?,
                 create_timeout: a.int("create_timeout")?,
@@ -206,7 +354,9 @@ impl ConductorRequest {
                 federation: a.object("federation", &ovo::FEDERATION)?,
                 rollback: a.bool_or("rollback", false),
             },
-            "federation_delete" => FederationDelete { uuid: a.string("uuid")? },
+            "federation_delete" => FederationDelete {
+                uuid: a.string("uuid")?,
+            },
             "ping_conductor" => PingConductor,
             "object_class_action_versions" => ObjectClassActionVersions {
                 objname: a.string("objname")?,
@@ -232,10 +382,16 @@ impl ConductorRequest {
 
 /// Python's checks when calling `Handler.<method>(context, **args)`.
 fn check_signature(spec: &MethodSpec, args: &Map<String, Value>) -> Result<(), RemoteFailure> {
-    if let Some(extra) = args.keys().find(|k| !spec.params.iter().any(|(p, _)| p == k)) {
+    if let Some(extra) = args
+        .keys()
+        .find(|k| !spec.params.iter().any(|(p, _)| p == k))
+    {
         return Err(RemoteFailure::builtin(
             "TypeError",
-            &format!("Handler.{}() got an unexpected keyword argument '{}'", spec.name, extra),
+            &format!(
+                "Handler.{}() got an unexpected keyword argument '{}'",
+                spec.name, extra
+            ),
         ));
     }
     let missing: Vec<String> = spec
@@ -250,10 +406,20 @@ fn check_signature(spec: &MethodSpec, args: &Map<String, Value>) -> Result<(), R
             2 => format!("{} and {}", missing[0], missing[1]),
             n => format!("{}, and {}", missing[..n - 1].join(", "), missing[n - 1]),
         };
-        let plural = if missing.len() == 1 { "argument" } else { "arguments" };
+        let plural = if missing.len() == 1 {
+            "argument"
+        } else {
+            "arguments"
+        };
         return Err(RemoteFailure::builtin(
             "TypeError",
-            &format!("Handler.{}() missing {} required positional {}: {}", spec.name, missing.len(), plural, list),
+            &format!(
+                "Handler.{}() missing {} required positional {}: {}",
+                spec.name,
+                missing.len(),
+                plural,
+                list
+            ),
         ));
     }
     Ok(())
@@ -292,7 +458,9 @@ impl Args<'_> {
     fn int(&self, name: &str) -> Result<i64, RemoteFailure> {
         let v = self.get(name);
         match v {
-            Value::Number(_) | Value::Bool(_) => coerce_int(v).ok_or_else(|| self.bad(name, "an integer", v)),
+            Value::Number(_) | Value::Bool(_) => {
+                coerce_int(v).ok_or_else(|| self.bad(name, "an integer", v))
+            }
             _ => Err(self.bad(name, "an integer", v)),
         }
     }
@@ -333,7 +501,11 @@ impl Args<'_> {
             Value::Null => Ok(vec![]),
             Value::Array(items) => items
                 .iter()
-                .map(|i| i.as_str().map(str::to_string).ok_or_else(|| self.bad(name, "a list of strings", i)))
+                .map(|i| {
+                    i.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| self.bad(name, "a list of strings", i))
+                })
                 .collect(),
             other => Err(self.bad(name, "a list of strings", other)),
         }
@@ -374,7 +546,12 @@ mod tests {
         });
         let r = ConductorRequest::decode("cluster_create", args.as_object().unwrap()).unwrap();
         match r {
-            ConductorRequest::ClusterCreate { cluster, master_count, node_count, create_timeout } => {
+            ConductorRequest::ClusterCreate {
+                cluster,
+                master_count,
+                node_count,
+                create_timeout,
+            } => {
                 assert_eq!(cluster.get_str("name"), Some("n"));
                 assert_eq!((master_count, node_count, create_timeout), (1, 2, 60));
             }
@@ -384,13 +561,27 @@ mod tests {
 
     #[test]
     fn python_type_errors() {
-        let e = ConductorRequest::decode("cluster_delete", json!({}).as_object().unwrap()).unwrap_err();
+        let e =
+            ConductorRequest::decode("cluster_delete", json!({}).as_object().unwrap()).unwrap_err();
         assert_eq!(e.class, "TypeError");
-        assert_eq!(e.message, "Handler.cluster_delete() missing 1 required positional argument: 'uuid'");
-        let e = ConductorRequest::decode("cluster_delete", json!({"uuid": "x", "force": true}).as_object().unwrap())
-            .unwrap_err();
-        assert_eq!(e.message, "Handler.cluster_delete() got an unexpected keyword argument 'force'");
-        let e = ConductorRequest::decode("cluster_create", json!({"cluster": {}}).as_object().unwrap()).unwrap_err();
+        assert_eq!(
+            e.message,
+            "Handler.cluster_delete() missing 1 required positional argument: 'uuid'"
+        );
+        let e = ConductorRequest::decode(
+            "cluster_delete",
+            json!({"uuid": "x", "force": true}).as_object().unwrap(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.message,
+            "Handler.cluster_delete() got an unexpected keyword argument 'force'"
+        );
+        let e = ConductorRequest::decode(
+            "cluster_create",
+            json!({"cluster": {}}).as_object().unwrap(),
+        )
+        .unwrap_err();
         assert_eq!(
             e.message,
             "Handler.cluster_create() missing 3 required positional arguments: 'master_count', 'node_count', and 'create_timeout'"
@@ -404,10 +595,12 @@ mod tests {
         assert_eq!(e.class, "InvalidParameterValue");
         assert!(e.message.contains("master_count"), "{}", e.message);
         let args = json!({"cluster": obj("NodeGroup", "1.2", json!({})), "ca_cert_type": null});
-        let e = ConductorRequest::decode("get_ca_certificate", args.as_object().unwrap()).unwrap_err();
+        let e =
+            ConductorRequest::decode("get_ca_certificate", args.as_object().unwrap()).unwrap_err();
         assert_eq!(e.class, "InvalidParameterValue");
         let args = json!({"cluster": obj("Cluster", "9.0", json!({}))});
-        let e = ConductorRequest::decode("credential_rotate", args.as_object().unwrap()).unwrap_err();
+        let e =
+            ConductorRequest::decode("credential_rotate", args.as_object().unwrap()).unwrap_err();
         assert_eq!(e.class, "IncompatibleObjectVersion");
         assert_eq!(e.module, "oslo_versionedobjects.exception");
     }
@@ -416,7 +609,16 @@ mod tests {
     fn optional_arguments_default() {
         let args = json!({"cluster": obj("Cluster", "1.24", json!({}))});
         let r = ConductorRequest::decode("get_ca_certificate", args.as_object().unwrap()).unwrap();
-        assert!(matches!(r, ConductorRequest::GetCaCertificate { ca_cert_type: None, .. }));
-        assert_eq!(ConductorRequest::decode(PING_METHOD, &Map::new()).unwrap(), ConductorRequest::OsloPing);
+        assert!(matches!(
+            r,
+            ConductorRequest::GetCaCertificate {
+                ca_cert_type: None,
+                ..
+            }
+        ));
+        assert_eq!(
+            ConductorRequest::decode(PING_METHOD, &Map::new()).unwrap(),
+            ConductorRequest::OsloPing
+        );
     }
 }

@@ -25,17 +25,38 @@ pub const NAMESPACE: &str = "magnum";
 
 /// Magnum's `ClusterStatus` enum values.
 pub const CLUSTER_STATUS: &[&str] = &[
-    "CREATE_IN_PROGRESS", "CREATE_FAILED", "CREATE_COMPLETE", "UPDATE_IN_PROGRESS", "UPDATE_FAILED",
-    "UPDATE_COMPLETE", "DELETE_IN_PROGRESS", "DELETE_FAILED", "DELETE_COMPLETE", "RESUME_COMPLETE",
-    "RESUME_FAILED", "RESTORE_COMPLETE", "ROLLBACK_IN_PROGRESS", "ROLLBACK_FAILED", "ROLLBACK_COMPLETE",
-    "SNAPSHOT_COMPLETE", "CHECK_COMPLETE", "ADOPT_COMPLETE",
+    "CREATE_IN_PROGRESS",
+    "CREATE_FAILED",
+    "CREATE_COMPLETE",
+    "UPDATE_IN_PROGRESS",
+    "UPDATE_FAILED",
+    "UPDATE_COMPLETE",
+    "DELETE_IN_PROGRESS",
+    "DELETE_FAILED",
+    "DELETE_COMPLETE",
+    "RESUME_COMPLETE",
+    "RESUME_FAILED",
+    "RESTORE_COMPLETE",
+    "ROLLBACK_IN_PROGRESS",
+    "ROLLBACK_FAILED",
+    "ROLLBACK_COMPLETE",
+    "SNAPSHOT_COMPLETE",
+    "CHECK_COMPLETE",
+    "ADOPT_COMPLETE",
 ];
 /// Magnum's `ClusterHealthStatus` enum values.
 pub const HEALTH_STATUS: &[&str] = &["HEALTHY", "UNHEALTHY", "UNKNOWN"];
 /// Magnum's `FederationStatus` enum values (the first nine cluster statuses).
 pub const FEDERATION_STATUS: &[&str] = &[
-    "CREATE_IN_PROGRESS", "CREATE_FAILED", "CREATE_COMPLETE", "UPDATE_IN_PROGRESS", "UPDATE_FAILED",
-    "UPDATE_COMPLETE", "DELETE_IN_PROGRESS", "DELETE_FAILED", "DELETE_COMPLETE",
+    "CREATE_IN_PROGRESS",
+    "CREATE_FAILED",
+    "CREATE_COMPLETE",
+    "UPDATE_IN_PROGRESS",
+    "UPDATE_FAILED",
+    "UPDATE_COMPLETE",
+    "DELETE_IN_PROGRESS",
+    "DELETE_FAILED",
+    "DELETE_COMPLETE",
 ];
 /// Magnum's `ClusterType` enum values (template `coe`).
 pub const CLUSTER_TYPE: &[&str] = &["kubernetes"];
@@ -68,10 +89,20 @@ pub struct FieldSpec {
 }
 
 const fn f(name: &'static str, ty: FieldType, nullable: bool) -> FieldSpec {
-    FieldSpec { name, ty, nullable, since: 0 }
+    FieldSpec {
+        name,
+        ty,
+        nullable,
+        since: 0,
+    }
 }
 const fn fs(name: &'static str, ty: FieldType, nullable: bool, since: u32) -> FieldSpec {
-    FieldSpec { name, ty, nullable, since }
+    FieldSpec {
+        name,
+        ty,
+        nullable,
+        since,
+    }
 }
 
 use FieldType::*;
@@ -96,7 +127,10 @@ impl ClassSpec {
     }
 }
 
-const TS: [FieldSpec; 2] = [f("created_at", DateTime, true), f("updated_at", DateTime, true)];
+const TS: [FieldSpec; 2] = [
+    f("created_at", DateTime, true),
+    f("updated_at", DateTime, true),
+];
 
 /// Cluster 1.24 (Magnum 23); 1.23 (Magnum 21/22) is accepted too.
 pub static CLUSTER: ClassSpec = ClassSpec {
@@ -137,7 +171,12 @@ pub static CLUSTER: ClassSpec = ClassSpec {
         TS[0],
         TS[1],
     ],
-    removed: &["trust_id", "trustee_username", "trustee_password", "trustee_user_id"],
+    removed: &[
+        "trust_id",
+        "trustee_username",
+        "trustee_password",
+        "trustee_user_id",
+    ],
 };
 
 pub static CLUSTER_TEMPLATE: ClassSpec = ClassSpec {
@@ -317,8 +356,17 @@ pub static STATS: ClassSpec = ClassSpec {
 };
 
 /// Every class Magnum registers in its OVO registry.
-pub static REGISTRY: &[&ClassSpec] =
-    &[&CLUSTER, &CLUSTER_TEMPLATE, &NODE_GROUP, &CERTIFICATE, &X509_KEY_PAIR, &MAGNUM_SERVICE, &FEDERATION, &QUOTA, &STATS];
+pub static REGISTRY: &[&ClassSpec] = &[
+    &CLUSTER,
+    &CLUSTER_TEMPLATE,
+    &NODE_GROUP,
+    &CERTIFICATE,
+    &X509_KEY_PAIR,
+    &MAGNUM_SERVICE,
+    &FEDERATION,
+    &QUOTA,
+    &STATS,
+];
 
 /// Find a class by its OVO name.
 pub fn class(name: &str) -> Option<&'static ClassSpec> {
@@ -358,11 +406,22 @@ pub enum ObjectError {
     #[error("Unsupported object type {0}")]
     UnsupportedObject(String),
     #[error("Version {version} of {name} is not supported, supported version is {supported}")]
-    IncompatibleVersion { name: String, version: String, supported: String },
+    IncompatibleVersion {
+        name: String,
+        version: String,
+        supported: String,
+    },
     #[error("{class}.{field}: {reason}")]
-    BadField { class: &'static str, field: String, reason: String },
+    BadField {
+        class: &'static str,
+        field: String,
+        reason: String,
+    },
     #[error("expected a {expected} object, got {got}")]
-    WrongClass { expected: &'static str, got: &'static str },
+    WrongClass {
+        expected: &'static str,
+        got: &'static str,
+    },
 }
 
 impl ObjectError {
@@ -374,7 +433,11 @@ impl ObjectError {
                 kw.insert("objtype".into(), json!(name));
                 RemoteFailure::ovo("UnsupportedObjectError", self.to_string(), kw)
             }
-            ObjectError::IncompatibleVersion { name, version, supported } => {
+            ObjectError::IncompatibleVersion {
+                name,
+                version,
+                supported,
+            } => {
                 let mut kw = Map::new();
                 kw.insert("objname".into(), json!(name));
                 kw.insert("objver".into(), json!(version));
@@ -403,22 +466,32 @@ fn parse_version(v: &str) -> Option<(u32, u32)> {
 impl MagnumObject {
     /// A fresh object of `class` at our version, with nothing set.
     pub fn new(class: &'static ClassSpec) -> MagnumObject {
-        MagnumObject { class, version: (class.major, class.minor), data: Map::new(), extra: Map::new(), changes: vec![] }
+        MagnumObject {
+            class,
+            version: (class.major, class.minor),
+            data: Map::new(),
+            extra: Map::new(),
+            changes: vec![],
+        }
     }
 
     /// Decode a primitive.
     pub fn from_primitive(v: &Value) -> Result<MagnumObject, ObjectError> {
-        let o = v.as_object().ok_or_else(|| ObjectError::NotAPrimitive(format!("a {}", type_name(v))))?;
-        let name = o
-            .get(NAME_KEY)
-            .and_then(Value::as_str)
-            .ok_or_else(|| ObjectError::NotAPrimitive(format!("{NAME_KEY} missing or not a string")))?;
+        let o = v
+            .as_object()
+            .ok_or_else(|| ObjectError::NotAPrimitive(format!("a {}", type_name(v))))?;
+        let name = o.get(NAME_KEY).and_then(Value::as_str).ok_or_else(|| {
+            ObjectError::NotAPrimitive(format!("{NAME_KEY} missing or not a string"))
+        })?;
         match o.get(NAMESPACE_KEY).and_then(Value::as_str) {
             Some(NAMESPACE) => {}
             _ => return Err(ObjectError::UnsupportedObject(name.to_string())),
         }
         let class = class(name).ok_or_else(|| ObjectError::UnsupportedObject(name.to_string()))?;
-        let version_str = o.get(VERSION_KEY).and_then(Value::as_str).unwrap_or_default();
+        let version_str = o
+            .get(VERSION_KEY)
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         let incompatible = || ObjectError::IncompatibleVersion {
             name: name.to_string(),
             version: version_str.to_string(),
@@ -430,9 +503,19 @@ impl MagnumObject {
         }
         let data_in = match o.get(DATA_KEY) {
             Some(Value::Object(d)) => d,
-            _ => return Err(ObjectError::NotAPrimitive(format!("{DATA_KEY} missing or not an object"))),
+            _ => {
+                return Err(ObjectError::NotAPrimitive(format!(
+                    "{DATA_KEY} missing or not an object"
+                )));
+            }
         };
-        let mut obj = MagnumObject { class, version, data: Map::new(), extra: Map::new(), changes: vec![] };
+        let mut obj = MagnumObject {
+            class,
+            version,
+            data: Map::new(),
+            extra: Map::new(),
+            changes: vec![],
+        };
         for (k, val) in data_in {
             match class.field(k) {
                 Some(spec) => {
@@ -457,17 +540,26 @@ impl MagnumObject {
                 }
             }
             Some(other) => {
-                return Err(ObjectError::NotAPrimitive(format!("{CHANGES_KEY} is a {}", type_name(other))));
+                return Err(ObjectError::NotAPrimitive(format!(
+                    "{CHANGES_KEY} is a {}",
+                    type_name(other)
+                )));
             }
         }
         Ok(obj)
     }
 
     /// Decode a primitive that must be of class `expected`.
-    pub fn from_primitive_of(v: &Value, expected: &'static ClassSpec) -> Result<MagnumObject, ObjectError> {
+    pub fn from_primitive_of(
+        v: &Value,
+        expected: &'static ClassSpec,
+    ) -> Result<MagnumObject, ObjectError> {
         let obj = Self::from_primitive(v)?;
         if obj.class.name != expected.name {
-            return Err(ObjectError::WrongClass { expected: expected.name, got: obj.class.name });
+            return Err(ObjectError::WrongClass {
+                expected: expected.name,
+                got: obj.class.name,
+            });
         }
         Ok(obj)
     }
@@ -483,7 +575,9 @@ impl MagnumObject {
         let minor = minor.min(self.class.minor);
         let mut data = Map::new();
         for (k, v) in &self.data {
-            let Some(spec) = self.class.field(k) else { continue };
+            let Some(spec) = self.class.field(k) else {
+                continue;
+            };
             if spec.since > minor {
                 continue;
             }
@@ -496,7 +590,10 @@ impl MagnumObject {
         let mut o = Map::new();
         o.insert(NAME_KEY.into(), json!(self.class.name));
         o.insert(NAMESPACE_KEY.into(), json!(NAMESPACE));
-        o.insert(VERSION_KEY.into(), json!(format!("{}.{}", self.class.major, minor)));
+        o.insert(
+            VERSION_KEY.into(),
+            json!(format!("{}.{}", self.class.major, minor)),
+        );
         o.insert(DATA_KEY.into(), Value::Object(data));
         let changes: Vec<Value> = self
             .changes
@@ -512,11 +609,14 @@ impl MagnumObject {
 
     /// Set a field (coerced like OVO's setattr) and mark it changed.
     pub fn set(&mut self, field: &str, value: Value) -> Result<(), ObjectError> {
-        let spec = self.class.field(field).ok_or_else(|| ObjectError::BadField {
-            class: self.class.name,
-            field: field.to_string(),
-            reason: "no such field".into(),
-        })?;
+        let spec = self
+            .class
+            .field(field)
+            .ok_or_else(|| ObjectError::BadField {
+                class: self.class.name,
+                field: field.to_string(),
+                reason: "no such field".into(),
+            })?;
         let v = coerce(self.class.name, spec, &value)?;
         self.data.insert(field.to_string(), v);
         if !self.changes.iter().any(|c| c == field) {
@@ -542,20 +642,34 @@ impl MagnumObject {
     }
     /// A nested object field (e.g. a Cluster's loaded `cluster_template`).
     pub fn get_object(&self, field: &str) -> Option<MagnumObject> {
-        self.data.get(field).and_then(|v| MagnumObject::from_primitive(v).ok())
+        self.data
+            .get(field)
+            .and_then(|v| MagnumObject::from_primitive(v).ok())
     }
 }
 
 /// Coerce one field value the way its OVO field type would.
 pub fn coerce(class: &'static str, spec: &FieldSpec, v: &Value) -> Result<Value, ObjectError> {
-    let bad = |reason: String| ObjectError::BadField { class, field: spec.name.to_string(), reason };
+    let bad = |reason: String| ObjectError::BadField {
+        class,
+        field: spec.name.to_string(),
+        reason,
+    };
     if v.is_null() {
-        return if spec.nullable { Ok(Value::Null) } else { Err(bad("cannot be None".into())) };
+        return if spec.nullable {
+            Ok(Value::Null)
+        } else {
+            Err(bad("cannot be None".into()))
+        };
     }
     match spec.ty {
-        Integer => coerce_int(v).map(Value::from).ok_or_else(|| bad(format!("not an integer: {v}"))),
+        Integer => coerce_int(v)
+            .map(Value::from)
+            .ok_or_else(|| bad(format!("not an integer: {v}"))),
         Str | Uuid => match v {
-            Value::Object(_) | Value::Array(_) if spec.ty == Uuid => Err(bad(format!("not a UUID: {v}"))),
+            Value::Object(_) | Value::Array(_) if spec.ty == Uuid => {
+                Err(bad(format!("not a UUID: {v}")))
+            }
             _ => Ok(Value::String(py_str(v))),
         },
         Boolean => Ok(Value::Bool(match v {
@@ -583,7 +697,10 @@ pub fn coerce(class: &'static str, spec: &FieldSpec, v: &Value) -> Result<Value,
                 }
                 Ok(Value::Object(out))
             }
-            other => Err(bad(format!("a dict is required, not a {}", type_name(other)))),
+            other => Err(bad(format!(
+                "a dict is required, not a {}",
+                type_name(other)
+            ))),
         },
         ListOfStrings => match v {
             Value::Array(items) => {
@@ -596,7 +713,10 @@ pub fn coerce(class: &'static str, spec: &FieldSpec, v: &Value) -> Result<Value,
                 }
                 Ok(Value::Array(out))
             }
-            other => Err(bad(format!("a list is required, not a {}", type_name(other)))),
+            other => Err(bad(format!(
+                "a list is required, not a {}",
+                type_name(other)
+            ))),
         },
         ListOfDicts => match v {
             Value::Array(items) if items.iter().all(Value::is_object) => Ok(v.clone()),
@@ -604,12 +724,19 @@ pub fn coerce(class: &'static str, spec: &FieldSpec, v: &Value) -> Result<Value,
         },
         Enum(values) => match v {
             Value::String(s) if values.contains(&s.as_str()) => Ok(v.clone()),
-            other => Err(bad(format!("value {} is not one of {:?}", py_str(other), values))),
+            other => Err(bad(format!(
+                "value {} is not one of {:?}",
+                py_str(other),
+                values
+            ))),
         },
         Object(expected) => {
             let inner = MagnumObject::from_primitive(v).map_err(|e| bad(e.to_string()))?;
             if inner.class.name != expected {
-                return Err(bad(format!("expected a {expected}, got a {}", inner.class.name)));
+                return Err(bad(format!(
+                    "expected a {expected}, got a {}",
+                    inner.class.name
+                )));
             }
             Ok(inner.to_primitive_at(inner.version.1))
         }
@@ -619,7 +746,11 @@ pub fn coerce(class: &'static str, spec: &FieldSpec, v: &Value) -> Result<Value,
 /// Python's `int(value)` for JSON values.
 pub fn coerce_int(v: &Value) -> Option<i64> {
     match v {
-        Value::Number(n) => n.as_i64().or_else(|| n.as_f64().filter(|f| f.is_finite()).map(|f| f.trunc() as i64)),
+        Value::Number(n) => n.as_i64().or_else(|| {
+            n.as_f64()
+                .filter(|f| f.is_finite())
+                .map(|f| f.trunc() as i64)
+        }),
         Value::Bool(b) => Some(i64::from(*b)),
         Value::String(s) => s.trim().replace('_', "").parse().ok(),
         _ => None,
@@ -658,7 +789,10 @@ mod tests {
         assert_eq!(c.get_str("created_at"), Some("2025-03-04T10:20:30Z"));
         assert!(c.get("docker_volume_size").unwrap().is_null());
         assert_eq!(c.changes, vec!["name", "labels"]);
-        assert_eq!(c.get_object("cluster_template").unwrap().get_i64("id"), Some(3));
+        assert_eq!(
+            c.get_object("cluster_template").unwrap().get_i64("id"),
+            Some(3)
+        );
     }
 
     #[test]
@@ -697,18 +831,39 @@ mod tests {
     fn refuses_what_python_refuses() {
         let mut p = cluster_primitive();
         p[VERSION_KEY] = json!("1.25");
-        assert!(matches!(MagnumObject::from_primitive(&p), Err(ObjectError::IncompatibleVersion { .. })));
+        assert!(matches!(
+            MagnumObject::from_primitive(&p),
+            Err(ObjectError::IncompatibleVersion { .. })
+        ));
         p[VERSION_KEY] = json!("2.0");
-        assert!(matches!(MagnumObject::from_primitive(&p), Err(ObjectError::IncompatibleVersion { .. })));
+        assert!(matches!(
+            MagnumObject::from_primitive(&p),
+            Err(ObjectError::IncompatibleVersion { .. })
+        ));
         let mut p = cluster_primitive();
         p[NAMESPACE_KEY] = json!("nova");
-        assert!(matches!(MagnumObject::from_primitive(&p), Err(ObjectError::UnsupportedObject(_))));
+        assert!(matches!(
+            MagnumObject::from_primitive(&p),
+            Err(ObjectError::UnsupportedObject(_))
+        ));
         let mut p = cluster_primitive();
         p[NAME_KEY] = json!("Bay");
-        assert_eq!(MagnumObject::from_primitive(&p).unwrap_err().to_failure().class, "UnsupportedObjectError");
+        assert_eq!(
+            MagnumObject::from_primitive(&p)
+                .unwrap_err()
+                .to_failure()
+                .class,
+            "UnsupportedObjectError"
+        );
         let mut p = cluster_primitive();
         p[DATA_KEY]["status"] = json!("BROKEN");
-        assert_eq!(MagnumObject::from_primitive(&p).unwrap_err().to_failure().class, "InvalidParameterValue");
+        assert_eq!(
+            MagnumObject::from_primitive(&p)
+                .unwrap_err()
+                .to_failure()
+                .class,
+            "InvalidParameterValue"
+        );
         let mut p = cluster_primitive();
         p[DATA_KEY]["id"] = json!(null);
         assert!(MagnumObject::from_primitive(&p).is_err());

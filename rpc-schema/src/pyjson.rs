@@ -16,11 +16,19 @@ use serde_json::ser::{CharEscape, Formatter};
 pub struct PythonFormatter;
 
 impl Formatter for PythonFormatter {
-    fn begin_array_value<W: ?Sized + io::Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
+    fn begin_array_value<W: ?Sized + io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> io::Result<()> {
         if first { Ok(()) } else { w.write_all(b", ") }
     }
 
-    fn begin_object_key<W: ?Sized + io::Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
+    fn begin_object_key<W: ?Sized + io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> io::Result<()> {
         if first { Ok(()) } else { w.write_all(b", ") }
     }
 
@@ -28,7 +36,11 @@ impl Formatter for PythonFormatter {
         w.write_all(b": ")
     }
 
-    fn write_string_fragment<W: ?Sized + io::Write>(&mut self, w: &mut W, fragment: &str) -> io::Result<()> {
+    fn write_string_fragment<W: ?Sized + io::Write>(
+        &mut self,
+        w: &mut W,
+        fragment: &str,
+    ) -> io::Result<()> {
         // serde_json has already escaped `"`, `\` and C0 controls; Python's
         // ensure_ascii additionally escapes DEL and everything above ASCII.
         let mut start = 0;
@@ -46,7 +58,11 @@ impl Formatter for PythonFormatter {
         w.write_all(fragment[start..].as_bytes())
     }
 
-    fn write_char_escape<W: ?Sized + io::Write>(&mut self, w: &mut W, escape: CharEscape) -> io::Result<()> {
+    fn write_char_escape<W: ?Sized + io::Write>(
+        &mut self,
+        w: &mut W,
+        escape: CharEscape,
+    ) -> io::Result<()> {
         let s: &[u8] = match escape {
             CharEscape::Quote => b"\\\"",
             CharEscape::ReverseSolidus => b"\\\\",

@@ -27,7 +27,10 @@ pub fn py_repr(v: &Value) -> String {
             format!("[{}]", inner.join(", "))
         }
         Value::Object(map) => {
-            let inner: Vec<String> = map.iter().map(|(k, v)| format!("{}: {}", repr_str(k), py_repr(v))).collect();
+            let inner: Vec<String> = map
+                .iter()
+                .map(|(k, v)| format!("{}: {}", repr_str(k), py_repr(v)))
+                .collect();
             format!("{{{}}}", inner.join(", "))
         }
     }
@@ -35,7 +38,11 @@ pub fn py_repr(v: &Value) -> String {
 
 fn repr_str(s: &str) -> String {
     // Python prefers single quotes unless the string contains one and no double quote.
-    let quote = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
     let mut out = String::with_capacity(s.len() + 2);
     out.push(quote);
     for ch in s.chars() {
@@ -48,7 +55,9 @@ fn repr_str(s: &str) -> String {
                 out.push('\\');
                 out.push(c);
             }
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
             c => out.push(c),
         }
     }
@@ -103,14 +112,23 @@ mod tests {
         assert_eq!(py_str(&json!(true)), "True");
         assert_eq!(py_str(&json!(20)), "20");
         assert_eq!(py_str(&json!(null)), "None");
-        assert_eq!(py_str(&json!(["a", 1, {"k": false}])), "['a', 1, {'k': False}]");
+        assert_eq!(
+            py_str(&json!(["a", 1, {"k": false}])),
+            "['a', 1, {'k': False}]"
+        );
         assert_eq!(py_repr(&json!("it's")), "\"it's\"");
     }
 
     #[test]
     fn percent_format_like_python() {
-        let kw = json!({"operation": "Scaling", "n": 3, "code": 400}).as_object().cloned().unwrap();
-        assert_eq!(percent_format("%(operation)s is not supported.", &kw).unwrap(), "Scaling is not supported.");
+        let kw = json!({"operation": "Scaling", "n": 3, "code": 400})
+            .as_object()
+            .cloned()
+            .unwrap();
+        assert_eq!(
+            percent_format("%(operation)s is not supported.", &kw).unwrap(),
+            "Scaling is not supported."
+        );
         assert_eq!(percent_format("%(n)d%% done", &kw).unwrap(), "3% done");
         assert_eq!(percent_format("%(missing)s", &kw), None);
         assert_eq!(percent_format("on %{action}s", &kw), None);

@@ -51,13 +51,19 @@ mod tests {
         let body = encode_reply("abc", &Outcome::Result(json!(true)));
         let inner = envelope::decode(&body, 1 << 20).unwrap();
         let keys: Vec<&str> = inner.keys().map(String::as_str).collect();
-        assert_eq!(keys, ["result", "failure", "ending", "_msg_id", "_unique_id"]);
+        assert_eq!(
+            keys,
+            ["result", "failure", "ending", "_msg_id", "_unique_id"]
+        );
         assert_eq!(inner["result"], true);
         assert_eq!(inner["_unique_id"].as_str().unwrap().len(), 32);
         let hb = envelope::decode(&encode_heartbeat("abc"), 1 << 20).unwrap();
         assert_eq!(hb["ending"], false);
-        let f = envelope::decode(&encode_reply("abc", &Outcome::Failure(RemoteFailure::not_supported("x"))), 1 << 20)
-            .unwrap();
+        let f = envelope::decode(
+            &encode_reply("abc", &Outcome::Failure(RemoteFailure::not_supported("x"))),
+            1 << 20,
+        )
+        .unwrap();
         assert!(f["result"].is_null());
         assert!(RemoteFailure::from_failure_string(f["failure"].as_str().unwrap()).is_some());
     }

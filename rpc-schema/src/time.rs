@@ -10,7 +10,11 @@ pub fn normalize_isotime(s: &str) -> Option<String> {
     let b = s.as_bytes();
     let num = |from: usize, len: usize| -> Option<u32> {
         let part = s.get(from..from + len)?;
-        if part.bytes().all(|c| c.is_ascii_digit()) { part.parse().ok() } else { None }
+        if part.bytes().all(|c| c.is_ascii_digit()) {
+            part.parse().ok()
+        } else {
+            None
+        }
     };
     let (year, month, day) = (num(0, 4)?, num(5, 2)?, num(8, 2)?);
     if b.get(4) != Some(&b'-') || b.get(7) != Some(&b'-') {
@@ -61,19 +65,31 @@ pub fn normalize_isotime(s: &str) -> Option<String> {
         "" | "Z" | "z" => "Z".to_string(),
         z if z.starts_with('+') || z.starts_with('-') => {
             let digits: String = z[1..].chars().filter(|c| *c != ':').collect();
-            if !(digits.len() == 2 || digits.len() == 4) || !digits.bytes().all(|c| c.is_ascii_digit()) {
+            if !(digits.len() == 2 || digits.len() == 4)
+                || !digits.bytes().all(|c| c.is_ascii_digit())
+            {
                 return None;
             }
             let hh: u32 = digits[..2].parse().ok()?;
-            let mm: u32 = if digits.len() == 4 { digits[2..].parse().ok()? } else { 0 };
+            let mm: u32 = if digits.len() == 4 {
+                digits[2..].parse().ok()?
+            } else {
+                0
+            };
             if hh > 23 || mm > 59 {
                 return None;
             }
-            if hh == 0 && mm == 0 { "Z".to_string() } else { format!("{}{:02}:{:02}", &z[..1], hh, mm) }
+            if hh == 0 && mm == 0 {
+                "Z".to_string()
+            } else {
+                format!("{}{:02}:{:02}", &z[..1], hh, mm)
+            }
         }
         _ => return None,
     };
-    Some(format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}{suffix}"))
+    Some(format!(
+        "{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}{suffix}"
+    ))
 }
 
 #[cfg(test)]
@@ -82,13 +98,35 @@ mod tests {
 
     #[test]
     fn formats_like_ovo() {
-        assert_eq!(n("2025-03-04T10:20:30Z").as_deref(), Some("2025-03-04T10:20:30Z"));
-        assert_eq!(n("2025-03-04T10:20:30.123456").as_deref(), Some("2025-03-04T10:20:30Z"));
-        assert_eq!(n("2025-03-04 10:20:30+00:00").as_deref(), Some("2025-03-04T10:20:30Z"));
-        assert_eq!(n("2025-03-04T10:20:30+0200").as_deref(), Some("2025-03-04T10:20:30+02:00"));
+        assert_eq!(
+            n("2025-03-04T10:20:30Z").as_deref(),
+            Some("2025-03-04T10:20:30Z")
+        );
+        assert_eq!(
+            n("2025-03-04T10:20:30.123456").as_deref(),
+            Some("2025-03-04T10:20:30Z")
+        );
+        assert_eq!(
+            n("2025-03-04 10:20:30+00:00").as_deref(),
+            Some("2025-03-04T10:20:30Z")
+        );
+        assert_eq!(
+            n("2025-03-04T10:20:30+0200").as_deref(),
+            Some("2025-03-04T10:20:30+02:00")
+        );
         assert_eq!(n("2025-03-04").as_deref(), Some("2025-03-04T00:00:00Z"));
-        assert_eq!(n("2024-02-29T00:00").as_deref(), Some("2024-02-29T00:00:00Z"));
-        for bad in ["", "2025-02-30T00:00:00", "2025-13-01", "yesterday", "2025-03-04T25:00:00", "2025-03-04T10:20:30+2"] {
+        assert_eq!(
+            n("2024-02-29T00:00").as_deref(),
+            Some("2024-02-29T00:00:00Z")
+        );
+        for bad in [
+            "",
+            "2025-02-30T00:00:00",
+            "2025-13-01",
+            "yesterday",
+            "2025-03-04T25:00:00",
+            "2025-03-04T10:20:30+2",
+        ] {
             assert_eq!(n(bad), None, "{bad}");
         }
     }

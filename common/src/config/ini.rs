@@ -29,7 +29,11 @@ pub type Sections = BTreeMap<String, BTreeMap<String, Vec<String>>>;
 
 /// Section names as oslo.config normalizes them.
 pub fn normalize_section(name: &str) -> String {
-    if name == "DEFAULT" { name.to_string() } else { name.to_lowercase() }
+    if name == "DEFAULT" {
+        name.to_string()
+    } else {
+        name.to_lowercase()
+    }
 }
 
 /// Parse one file's text.
@@ -52,7 +56,12 @@ pub fn parse(file: &str, text: &str) -> Result<Sections, ParseError> {
             let Some(s) = section else {
                 return Err(err(line, "Section must be started before assignment", &key));
             };
-            sections.entry(s.clone()).or_default().entry(key).or_default().push(value.join("\n"));
+            sections
+                .entry(s.clone())
+                .or_default()
+                .entry(key)
+                .or_default()
+                .push(value.join("\n"));
         }
         Ok(())
     };
@@ -115,9 +124,15 @@ pub fn parse(file: &str, text: &str) -> Result<Sections, ParseError> {
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("cannot read config file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot read config directory {path}: {source}")]
-    ReadDir { path: PathBuf, source: std::io::Error },
+    ReadDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{0}")]
     Parse(#[from] ParseError),
 }
@@ -135,7 +150,10 @@ impl Layered {
     pub fn load(files: &[PathBuf], dirs: &[PathBuf]) -> Result<Layered, LoadError> {
         let mut all: Vec<PathBuf> = files.to_vec();
         for dir in dirs {
-            let rd = std::fs::read_dir(dir).map_err(|source| LoadError::ReadDir { path: dir.clone(), source })?;
+            let rd = std::fs::read_dir(dir).map_err(|source| LoadError::ReadDir {
+                path: dir.clone(),
+                source,
+            })?;
             let mut in_dir: Vec<PathBuf> = rd
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.extension().is_some_and(|x| x == "conf") && p.is_file())
@@ -145,8 +163,10 @@ impl Layered {
         }
         let mut layered = Layered::default();
         for path in all {
-            let text =
-                std::fs::read_to_string(&path).map_err(|source| LoadError::Read { path: path.clone(), source })?;
+            let text = std::fs::read_to_string(&path).map_err(|source| LoadError::Read {
+                path: path.clone(),
+                source,
+            })?;
             layered.push_text(&path, &text)?;
         }
         Ok(layered)
@@ -163,12 +183,17 @@ impl Layered {
     /// All values of `group.key` from the last file that sets it.
     pub fn get_all(&self, group: &str, key: &str) -> Option<&[String]> {
         let group = normalize_section(group);
-        self.files.iter().rev().find_map(|(_, s)| s.get(&group).and_then(|g| g.get(key)).map(Vec::as_slice))
+        self.files
+            .iter()
+            .rev()
+            .find_map(|(_, s)| s.get(&group).and_then(|g| g.get(key)).map(Vec::as_slice))
     }
 
     /// The effective (last) raw value of `group.key`.
     pub fn get(&self, group: &str, key: &str) -> Option<&str> {
-        self.get_all(group, key).and_then(|v| v.last()).map(String::as_str)
+        self.get_all(group, key)
+            .and_then(|v| v.last())
+            .map(String::as_str)
     }
 
     /// Every (group, key) set in any file.
@@ -176,7 +201,10 @@ impl Layered {
         let mut out: Vec<(String, String)> = self
             .files
             .iter()
-            .flat_map(|(_, s)| s.iter().flat_map(|(g, kv)| kv.keys().map(move |k| (g.clone(), k.clone()))))
+            .flat_map(|(_, s)| {
+                s.iter()
+                    .flat_map(|(g, kv)| kv.keys().map(move |k| (g.clone(), k.clone())))
+            })
             .collect();
         out.sort();
         out.dedup();
@@ -216,7 +244,10 @@ mixed = 'not stripped\"
     fn parses_like_oslo() {
         let s = parse("x.conf", SAMPLE).unwrap();
         let d = &s["DEFAULT"];
-        assert_eq!(d["transport_url"], vec!["rabbit://u:pa#ss;w@h1:5672,u:p@h2:5672/vhost"]);
+        assert_eq!(
+            d["transport_url"],
+            vec!["rabbit://u:pa#ss;w@h1:5672,u:p@h2:5672/vhost"]
+        );
         assert_eq!(d["host"], vec!["node1"]);
         assert_eq!(d["debug"], vec!["True"]);
         assert_eq!(d["multi"], vec!["a", "b"]);
@@ -229,21 +260,42 @@ mixed = 'not stripped\"
     #[test]
     fn parse_errors_name_file_and_line() {
         assert_eq!(parse("a.conf", "key = v\n").unwrap_err().line, 1);
-        assert_eq!(parse("a.conf", "[x]\n  cont\n").unwrap_err().message, "Unexpected continuation line");
-        assert_eq!(parse("a.conf", "[x\n").unwrap_err().message, "Invalid section (must end with ])");
-        assert_eq!(parse("a.conf", "[]\n").unwrap_err().message, "Empty section name");
-        assert_eq!(parse("a.conf", "[x]\nnovalue\n").unwrap_err().message, "No ':' or '=' found in assignment");
-        assert_eq!(parse("a.conf", "[x]\n= v\n").unwrap_err().message, "Key cannot be empty");
+        assert_eq!(
+            parse("a.conf", "[x]\n  cont\n").unwrap_err().message,
+            "Unexpected continuation line"
+        );
+        assert_eq!(
+            parse("a.conf", "[x\n").unwrap_err().message,
+            "Invalid section (must end with ])"
+        );
+        assert_eq!(
+            parse("a.conf", "[]\n").unwrap_err().message,
+            "Empty section name"
+        );
+        assert_eq!(
+            parse("a.conf", "[x]\nnovalue\n").unwrap_err().message,
+            "No ':' or '=' found in assignment"
+        );
+        assert_eq!(
+            parse("a.conf", "[x]\n= v\n").unwrap_err().message,
+            "Key cannot be empty"
+        );
     }
 
     #[test]
     fn later_files_win() {
         let mut l = Layered::default();
-        l.push_text(Path::new("a"), "[DEFAULT]\nhost = a\ndebug = true\n").unwrap();
-        l.push_text(Path::new("b"), "[DEFAULT]\nhost = b\n").unwrap();
+        l.push_text(Path::new("a"), "[DEFAULT]\nhost = a\ndebug = true\n")
+            .unwrap();
+        l.push_text(Path::new("b"), "[DEFAULT]\nhost = b\n")
+            .unwrap();
         assert_eq!(l.get("DEFAULT", "host"), Some("b"));
         assert_eq!(l.get("DEFAULT", "debug"), Some("true"));
-        assert_eq!(l.get("default", "host"), None, "only DEFAULT keeps its case");
+        assert_eq!(
+            l.get("default", "host"),
+            None,
+            "only DEFAULT keeps its case"
+        );
     }
 
     #[test]
@@ -257,7 +309,10 @@ mixed = 'not stripped\"
         let l = Layered::load(&[dir.join("main.conf")], &[dir.join("d")]).unwrap();
         assert_eq!(l.get("DEFAULT", "host"), Some("b"));
         assert_eq!(l.get("DEFAULT", "x"), Some("2"));
-        assert!(matches!(Layered::load(&[dir.join("missing.conf")], &[]), Err(LoadError::Read { .. })));
+        assert!(matches!(
+            Layered::load(&[dir.join("missing.conf")], &[]),
+            Err(LoadError::Read { .. })
+        ));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -21,7 +21,11 @@ pub enum ConfigError {
     #[error("{0}")]
     Load(#[from] LoadError),
     #[error("invalid value for [{group}] {name}: {reason}")]
-    Invalid { group: &'static str, name: &'static str, reason: String },
+    Invalid {
+        group: &'static str,
+        name: &'static str,
+        reason: String,
+    },
     #[error("[DEFAULT] transport_url: {0}")]
     TransportUrl(#[from] TransportUrlError),
     #[error("configuration error: {0}")]
@@ -117,21 +121,52 @@ pub struct Config {
 const KNOWN: &[(&str, &[&str])] = &[
     (
         "DEFAULT",
-        &["transport_url", "host", "control_exchange", "rpc_response_timeout", "debug", "rpc_ping_enabled",
-          "executor_thread_pool_size"],
+        &[
+            "transport_url",
+            "host",
+            "control_exchange",
+            "rpc_response_timeout",
+            "debug",
+            "rpc_ping_enabled",
+            "executor_thread_pool_size",
+        ],
     ),
     ("conductor", &["topic", "max_message_bytes"]),
     (
         "oslo_messaging_rabbit",
-        &["amqp_durable_queues", "amqp_auto_delete", "rabbit_ha_queues", "rabbit_quorum_queue",
-          "rabbit_transient_quorum_queue", "rabbit_quorum_delivery_limit", "rabbit_quorum_max_memory_length",
-          "rabbit_quorum_max_memory_bytes", "rabbit_transient_queues_ttl", "rabbit_stream_fanout",
-          "use_queue_manager", "hostname", "processname", "rabbit_qos_prefetch_count",
-          "heartbeat_timeout_threshold", "heartbeat_rate", "kombu_reconnect_delay",
-          "kombu_missing_consumer_retry_timeout", "kombu_reconnect_timeout", "direct_mandatory_flag",
-          "enable_cancel_on_failover", "kombu_compression", "rabbit_login_method", "rabbit_retry_interval",
-          "rabbit_retry_backoff", "rabbit_interval_max", "ssl", "ssl_version", "ssl_key_file", "ssl_cert_file",
-          "ssl_ca_file"],
+        &[
+            "amqp_durable_queues",
+            "amqp_auto_delete",
+            "rabbit_ha_queues",
+            "rabbit_quorum_queue",
+            "rabbit_transient_quorum_queue",
+            "rabbit_quorum_delivery_limit",
+            "rabbit_quorum_max_memory_length",
+            "rabbit_quorum_max_memory_bytes",
+            "rabbit_transient_queues_ttl",
+            "rabbit_stream_fanout",
+            "use_queue_manager",
+            "hostname",
+            "processname",
+            "rabbit_qos_prefetch_count",
+            "heartbeat_timeout_threshold",
+            "heartbeat_rate",
+            "kombu_reconnect_delay",
+            "kombu_missing_consumer_retry_timeout",
+            "kombu_reconnect_timeout",
+            "direct_mandatory_flag",
+            "enable_cancel_on_failover",
+            "kombu_compression",
+            "rabbit_login_method",
+            "rabbit_retry_interval",
+            "rabbit_retry_backoff",
+            "rabbit_interval_max",
+            "ssl",
+            "ssl_version",
+            "ssl_key_file",
+            "ssl_cert_file",
+            "ssl_ca_file",
+        ],
     ),
     ("metrics", &["listen"]),
 ];
@@ -149,10 +184,16 @@ impl Group<'_> {
         if let Some(v) = self.overrides.and_then(|o| o.get(name)) {
             return Some(v.clone());
         }
-        self.layered.get(self.name, name).map(|v| interpolate(self.layered, self.name, v, 0))
+        self.layered
+            .get(self.name, name)
+            .map(|v| interpolate(self.layered, self.name, v, 0))
     }
     fn invalid(&self, name: &'static str, reason: String) -> ConfigError {
-        ConfigError::Invalid { group: self.name, name, reason }
+        ConfigError::Invalid {
+            group: self.name,
+            name,
+            reason,
+        }
     }
     fn string(&self, name: &'static str, default: &str) -> String {
         self.raw(name).unwrap_or_else(|| default.to_string())
@@ -170,9 +211,20 @@ impl Group<'_> {
             },
         }
     }
-    fn int(&self, name: &'static str, default: i64, min: Option<i64>, max: Option<i64>) -> Result<i64, ConfigError> {
-        let Some(v) = self.raw(name) else { return Ok(default) };
-        let n: i64 = v.trim().parse().map_err(|_| self.invalid(name, format!("{v:?} is not an integer")))?;
+    fn int(
+        &self,
+        name: &'static str,
+        default: i64,
+        min: Option<i64>,
+        max: Option<i64>,
+    ) -> Result<i64, ConfigError> {
+        let Some(v) = self.raw(name) else {
+            return Ok(default);
+        };
+        let n: i64 = v
+            .trim()
+            .parse()
+            .map_err(|_| self.invalid(name, format!("{v:?} is not an integer")))?;
         if let Some(lo) = min.filter(|lo| n < *lo) {
             return Err(self.invalid(name, format!("{n} is less than the minimum {lo}")));
         }
@@ -182,14 +234,24 @@ impl Group<'_> {
         Ok(n)
     }
     fn float(&self, name: &'static str, default: f64, min: f64) -> Result<f64, ConfigError> {
-        let Some(v) = self.raw(name) else { return Ok(default) };
-        let n: f64 = v.trim().parse().map_err(|_| self.invalid(name, format!("{v:?} is not a number")))?;
+        let Some(v) = self.raw(name) else {
+            return Ok(default);
+        };
+        let n: f64 = v
+            .trim()
+            .parse()
+            .map_err(|_| self.invalid(name, format!("{v:?} is not a number")))?;
         if !n.is_finite() || n < min {
             return Err(self.invalid(name, format!("{n} is less than the minimum {min}")));
         }
         Ok(n)
     }
-    fn choice(&self, name: &'static str, default: &str, choices: &[&str]) -> Result<String, ConfigError> {
+    fn choice(
+        &self,
+        name: &'static str,
+        default: &str,
+        choices: &[&str],
+    ) -> Result<String, ConfigError> {
         let v = self.string(name, default);
         if choices.contains(&v.as_str()) {
             Ok(v)
@@ -226,14 +288,23 @@ pub fn interpolate(layered: &Layered, group: &str, value: &str, depth: usize) ->
             let len = after
                 .char_indices()
                 .take_while(|(i, c)| {
-                    if *i == 0 { c.is_ascii_alphabetic() || *c == '_' } else { c.is_ascii_alphanumeric() || *c == '_' || *c == '.' }
+                    if *i == 0 {
+                        c.is_ascii_alphabetic() || *c == '_'
+                    } else {
+                        c.is_ascii_alphanumeric() || *c == '_' || *c == '.'
+                    }
                 })
                 .count();
             (&after[..len], len)
         };
         let valid = !name.is_empty()
-            && name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+            && name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
         let found = valid.then(|| lookup(layered, group, name)).flatten();
         match found {
             Some(v) => {
@@ -256,7 +327,10 @@ fn lookup(layered: &Layered, group: &str, name: &str) -> Option<String> {
     {
         return Some(v.to_string());
     }
-    layered.get(group, name).or_else(|| layered.get("DEFAULT", name)).map(str::to_string)
+    layered
+        .get(group, name)
+        .or_else(|| layered.get("DEFAULT", name))
+        .map(str::to_string)
 }
 
 fn system_hostname() -> String {
@@ -271,7 +345,11 @@ fn system_hostname() -> String {
 fn process_name() -> String {
     std::env::args()
         .next()
-        .and_then(|a| std::path::Path::new(&a).file_name().map(|f| f.to_string_lossy().into_owned()))
+        .and_then(|a| {
+            std::path::Path::new(&a)
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+        })
         .unwrap_or_else(|| "magnum-conductor".to_string())
 }
 
@@ -285,12 +363,18 @@ impl Config {
     /// Type the options of already-loaded files.
     pub fn from_layered(layered: &Layered) -> Result<Config, ConfigError> {
         for (group, key) in layered.keys() {
-            let known = KNOWN.iter().any(|(g, keys)| *g == group && keys.contains(&key.as_str()));
+            let known = KNOWN
+                .iter()
+                .any(|(g, keys)| *g == group && keys.contains(&key.as_str()));
             if !known {
                 tracing::debug!(group = %group, option = %key, "option not used by this conductor, ignored");
             }
         }
-        let d = Group { layered, name: "DEFAULT", overrides: None };
+        let d = Group {
+            layered,
+            name: "DEFAULT",
+            overrides: None,
+        };
         let transport_url = d.string("transport_url", "rabbit://");
         let transport = TransportUrl::parse(&transport_url)?;
         let default = DefaultOpts {
@@ -300,19 +384,38 @@ impl Config {
             rpc_response_timeout: d.int("rpc_response_timeout", 60, Some(1), None)? as u64,
             debug: d.boolean("debug", false)?,
             rpc_ping_enabled: d.boolean("rpc_ping_enabled", false)?,
-            executor_thread_pool_size: d.int("executor_thread_pool_size", 64, Some(1), Some(100_000))? as usize,
+            executor_thread_pool_size: d.int(
+                "executor_thread_pool_size",
+                64,
+                Some(1),
+                Some(100_000),
+            )? as usize,
         };
-        let c = Group { layered, name: "conductor", overrides: None };
+        let c = Group {
+            layered,
+            name: "conductor",
+            overrides: None,
+        };
         let conductor = ConductorOpts {
             topic: c.string("topic", "magnum-conductor"),
             max_message_bytes: c.int("max_message_bytes", 128 << 20, Some(1024), None)? as usize,
         };
         if conductor.topic.is_empty() {
-            return Err(ConfigError::Invalid { group: "conductor", name: "topic", reason: "must not be empty".into() });
+            return Err(ConfigError::Invalid {
+                group: "conductor",
+                name: "topic",
+                reason: "must not be empty".into(),
+            });
         }
-        let r = Group { layered, name: "oslo_messaging_rabbit", overrides: Some(&transport.query) };
+        let r = Group {
+            layered,
+            name: "oslo_messaging_rabbit",
+            overrides: Some(&transport.query),
+        };
         for key in transport.query.keys() {
-            let known = KNOWN.iter().any(|(g, keys)| *g == "oslo_messaging_rabbit" && keys.contains(&key.as_str()));
+            let known = KNOWN
+                .iter()
+                .any(|(g, keys)| *g == "oslo_messaging_rabbit" && keys.contains(&key.as_str()));
             if !known {
                 tracing::debug!(option = %key, "transport_url query parameter not used by this conductor, ignored");
             }
@@ -327,16 +430,46 @@ impl Config {
             rabbit_ha_queues: r.boolean("rabbit_ha_queues", false)?,
             rabbit_quorum_queue: r.boolean("rabbit_quorum_queue", false)?,
             rabbit_transient_quorum_queue: r.boolean("rabbit_transient_quorum_queue", false)?,
-            rabbit_quorum_delivery_limit: r.int("rabbit_quorum_delivery_limit", 0, Some(0), None)?,
-            rabbit_quorum_max_memory_length: r.int("rabbit_quorum_max_memory_length", 0, Some(0), None)?,
-            rabbit_quorum_max_memory_bytes: r.int("rabbit_quorum_max_memory_bytes", 0, Some(0), None)?,
-            rabbit_transient_queues_ttl: r.int("rabbit_transient_queues_ttl", 1800, Some(0), None)?,
+            rabbit_quorum_delivery_limit: r.int(
+                "rabbit_quorum_delivery_limit",
+                0,
+                Some(0),
+                None,
+            )?,
+            rabbit_quorum_max_memory_length: r.int(
+                "rabbit_quorum_max_memory_length",
+                0,
+                Some(0),
+                None,
+            )?,
+            rabbit_quorum_max_memory_bytes: r.int(
+                "rabbit_quorum_max_memory_bytes",
+                0,
+                Some(0),
+                None,
+            )?,
+            rabbit_transient_queues_ttl: r.int(
+                "rabbit_transient_queues_ttl",
+                1800,
+                Some(0),
+                None,
+            )?,
             rabbit_stream_fanout: r.boolean("rabbit_stream_fanout", false)?,
             use_queue_manager: r.boolean("use_queue_manager", false)?,
             hostname: r.opt_string("hostname").unwrap_or_else(system_hostname),
             processname: r.opt_string("processname").unwrap_or_else(process_name),
-            rabbit_qos_prefetch_count: r.int("rabbit_qos_prefetch_count", 0, Some(0), Some(65535))? as u16,
-            heartbeat_timeout_threshold: r.int("heartbeat_timeout_threshold", 60, Some(0), Some(65535))? as u16,
+            rabbit_qos_prefetch_count: r.int(
+                "rabbit_qos_prefetch_count",
+                0,
+                Some(0),
+                Some(65535),
+            )? as u16,
+            heartbeat_timeout_threshold: r.int(
+                "heartbeat_timeout_threshold",
+                60,
+                Some(0),
+                Some(65535),
+            )? as u16,
             heartbeat_rate: r.int("heartbeat_rate", 3, Some(1), None)? as u32,
             kombu_reconnect_delay: r.float("kombu_reconnect_delay", 1.0, 0.0)?,
             kombu_missing_consumer_retry_timeout: missing_retry as u64,
@@ -383,7 +516,8 @@ impl Config {
             });
         }
         if !rabbit.ssl_version.is_empty()
-            && !["tlsv1", "sslv23", "tlsv1_1", "tlsv1_2"].contains(&rabbit.ssl_version.to_ascii_lowercase().as_str())
+            && !["tlsv1", "sslv23", "tlsv1_1", "tlsv1_2"]
+                .contains(&rabbit.ssl_version.to_ascii_lowercase().as_str())
         {
             return Err(ConfigError::Invalid {
                 group: "oslo_messaging_rabbit",
@@ -391,7 +525,11 @@ impl Config {
                 reason: format!("invalid SSL version {:?}", rabbit.ssl_version),
             });
         }
-        let m = Group { layered, name: "metrics", overrides: None };
+        let m = Group {
+            layered,
+            name: "metrics",
+            overrides: None,
+        };
         let listen = match m.raw("listen") {
             None => Some(SocketAddr::from(([127, 0, 0, 1], 9323))),
             Some(s) if s.trim().is_empty() => None,
@@ -407,7 +545,11 @@ impl Config {
             rabbit,
             metrics: MetricsOpts { listen },
             transport,
-            files: layered.file_names().into_iter().map(str::to_string).collect(),
+            files: layered
+                .file_names()
+                .into_iter()
+                .map(str::to_string)
+                .collect(),
         })
     }
 }
@@ -424,7 +566,8 @@ mod tests {
 
     fn conf(text: &str) -> Result<Config, ConfigError> {
         let mut l = Layered::default();
-        l.push_text(Path::new("t.conf"), text).map_err(LoadError::Parse)?;
+        l.push_text(Path::new("t.conf"), text)
+            .map_err(LoadError::Parse)?;
         Config::from_layered(&l)
     }
 
@@ -453,11 +596,19 @@ mod tests {
 
     #[test]
     fn invalid_values_name_the_option() {
-        let e = conf("[oslo_messaging_rabbit]\nrabbit_qos_prefetch_count = lots\n").unwrap_err().to_string();
-        assert_eq!(e, "invalid value for [oslo_messaging_rabbit] rabbit_qos_prefetch_count: \"lots\" is not an integer");
+        let e = conf("[oslo_messaging_rabbit]\nrabbit_qos_prefetch_count = lots\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "invalid value for [oslo_messaging_rabbit] rabbit_qos_prefetch_count: \"lots\" is not an integer"
+        );
         let e = conf("[DEFAULT]\ndebug = maybe\n").unwrap_err().to_string();
         assert!(e.contains("[DEFAULT] debug"), "{e}");
-        assert!(conf("[oslo_messaging_rabbit]\nrabbit_quorum_queue = true\nrabbit_ha_queues = true\n").is_err());
+        assert!(
+            conf("[oslo_messaging_rabbit]\nrabbit_quorum_queue = true\nrabbit_ha_queues = true\n")
+                .is_err()
+        );
         assert!(conf("[oslo_messaging_rabbit]\nrabbit_stream_fanout = true\nrabbit_transient_quorum_queue = true\n").is_err());
         assert!(conf("[oslo_messaging_rabbit]\nkombu_compression = snappy\n").is_err());
         assert!(conf("[oslo_messaging_rabbit]\nrabbit_login_method = NTLM\n").is_err());
@@ -467,7 +618,10 @@ mod tests {
     #[test]
     fn unknown_options_are_fine_and_secrets_hidden() {
         let c = conf("[DEFAULT]\ntransport_url = rabbit://u:s3cr%23t@h/\nfoo = bar\n[keystone_authtoken]\npassword = x\n").unwrap();
-        assert_eq!(c.transport.hosts[0].password.as_ref().unwrap().expose(), "s3cr#t");
+        assert_eq!(
+            c.transport.hosts[0].password.as_ref().unwrap().expose(),
+            "s3cr#t"
+        );
         assert!(!format!("{c:?}").contains("s3cr#t"));
     }
 
@@ -482,7 +636,21 @@ mod tests {
 
     #[test]
     fn metrics_listen() {
-        assert_eq!(conf("[metrics]\nlisten = 0.0.0.0:9999\n").unwrap().metrics.listen.unwrap().port(), 9999);
-        assert!(conf("[metrics]\nlisten =\n").unwrap().metrics.listen.is_none());
+        assert_eq!(
+            conf("[metrics]\nlisten = 0.0.0.0:9999\n")
+                .unwrap()
+                .metrics
+                .listen
+                .unwrap()
+                .port(),
+            9999
+        );
+        assert!(
+            conf("[metrics]\nlisten =\n")
+                .unwrap()
+                .metrics
+                .listen
+                .is_none()
+        );
     }
 }

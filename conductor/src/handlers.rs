@@ -1,0 +1,107 @@
+//! The handler interface the RPC server dispatches to, and the handlers of
+//! this milestone: `ping_conductor`, oslo's ping, and the Python behaviour
+//! of the federation methods. Every other method answers `NotSupported`
+//! until the issue that implements it plugs in here.
+
+use std::future::Future;
+
+use rpc_schema::{ConductorRequest, Outcome, RemoteFailure, RequestContext};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+/// Signals that a request's first durable effect is recorded (a DB row
+/// written, an operation journaled). The server acknowledges the AMQP
+/// message then, so the broker redelivers it if we crash before that
+/// point, and never after. A handler that never signals is acknowledged
+/// when it returns.
+#[derive(Debug)]
+pub struct DurableSignal(Option<oneshot::Sender<()>>);
+
+impl DurableSignal {
+    pub fn new() -> (DurableSignal, oneshot::Receiver<()>) {
+        let (tx, rx) = oneshot::channel();
+        (DurableSignal(Some(tx)), rx)
+    }
+
+    /// The first durable effect is recorded: acknowledge the message now.
+    pub fn recorded(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// A request, ready for a handler.
+#[derive(Debug)]
+pub struct HandlerRequest {
+    pub context: RequestContext,
+    pub request: ConductorRequest,
+    /// Calls get the returned outcome as a reply; casts do not.
+    pub is_call: bool,
+    /// `_unique_id`, for idempotency.
+    pub unique_id: Option<String>,
+    /// Whether the broker says this is a redelivery (we may have seen it).
+    pub redelivered: bool,
+    pub durable: DurableSignal,
+}
+
+/// What the RPC server dispatches decoded requests to.
+pub trait Handlers: Send + Sync + 'static {
+    fn handle(&self, req: HandlerRequest) -> impl Future<Output = Outcome> + Send;
+}
+
+/// Handlers of the RPC milestone.
+#[derive(Debug, Default, Clone)]
+pub struct BaseHandlers;
+
+/// The failure for a method whose handler is not implemented yet.
+pub fn not_implemented_yet(method: &str) -> RemoteFailure {
+    RemoteFailure::not_supported(&format!("{method} (not implemented yet by this conductor)"))
+}
+
+impl BaseHandlers {
+    /// The outcome for requests every conductor answers the same way.
+    pub fn base_outcome(req: &ConductorRequest) -> Outcome {
+        match req {
+            ConductorRequest::PingConductor => Outcome::Result(Value::Bool(true)),
+            ConductorRequest::OsloPing => Outcome::Result(Value::String("pong".into())),
+            ConductorRequest::FederationCreate { .. }
+            | ConductorRequest::FederationUpdate { .. }
+            | ConductorRequest::FederationDelete { .. } => {
+                Outcome::Failure(RemoteFailure::builtin(
+                    "NotImplementedError",
+                    "This feature is not yet implemented.",
+                ))
+            }
+            other => Outcome::Failure(not_implemented_yet(other.method())),
+        }
+    }
+}
+
+impl Handlers for BaseHandlers {
+    async fn handle(&self, req: HandlerRequest) -> Outcome {
+        Self::base_outcome(&req.request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_outcomes() {
+        assert_eq!(
+            BaseHandlers::base_outcome(&ConductorRequest::PingConductor),
+            Outcome::Result(Value::Bool(true))
+        );
+        let f =
+            BaseHandlers::base_outcome(&ConductorRequest::FederationDelete { uuid: "x".into() });
+        assert!(
+            matches!(f, Outcome::Failure(ref f) if f.class == "NotImplementedError" && f.module == "builtins")
+        );
+        let f = BaseHandlers::base_outcome(&ConductorRequest::ClusterDelete { uuid: "x".into() });
+        assert!(
+            matches!(f, Outcome::Failure(ref f) if f.class == "NotSupported" && f.http_code() == 400)
+        );
+    }
+}

@@ -1,0 +1,225 @@
+//! Prometheus metrics of the conductor (prefix `magnum_conductor_`).
+//!
+//! Labels are bounded: `method` is a known method name or `unknown`,
+//! `kind` is `call`/`cast`, `outcome` and `reason` are fixed words.
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// All metrics, registered once per process.
+#[derive(Clone)]
+pub struct Metrics {
+    pub registry: Registry,
+    /// RPC messages handled, by method, kind and outcome (`ok`, `failure`, `duplicate`).
+    pub rpc_messages: IntCounterVec,
+    /// Messages refused before dispatch, by reason (`not_json`, `envelope_version`, ...).
+    pub rpc_rejected: IntCounterVec,
+    /// Time from receipt to reply (calls) or handler completion (casts).
+    pub rpc_duration: HistogramVec,
+    /// Requests being handled now.
+    pub rpc_inflight: IntGauge,
+    /// Deliveries the broker flagged as redelivered.
+    pub rpc_redeliveries: IntCounter,
+    /// Replies, by outcome (`sent`, `queue_gone`, `error`) and type (`final`, `heartbeat`).
+    pub rpc_replies: IntCounterVec,
+    /// 1 while consuming from the broker.
+    pub amqp_connected: IntGauge,
+    /// Connections (re)established after the first one.
+    pub amqp_reconnects: IntCounter,
+    /// Failed connection attempts.
+    pub amqp_connect_failures: IntCounter,
+    /// `build_info{version,revision}` = 1.
+    pub build_info: IntGaugeVec,
+    /// Time to decode an AMQP body into a request.
+    pub decode_duration: Histogram,
+}
+
+fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> T {
+    // Names are unique constants, so registration cannot collide.
+    if let Err(e) = r.register(Box::new(c.clone())) {
+        tracing::error!(error = %e, "metric registration failed");
+    }
+    c
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let registry =
+            Registry::new_custom(Some("magnum_conductor".into()), None).unwrap_or_default();
+        #[cfg(target_os = "linux")]
+        {
+            let pc = prometheus::process_collector::ProcessCollector::for_self();
+            // The process collector uses the default `process_` names.
+            let _ = prometheus::default_registry().register(Box::new(pc));
+        }
+        let counter_vec = |name: &str, help: &str, labels: &[&str]| {
+            IntCounterVec::new(Opts::new(name, help), labels)
+                .unwrap_or_else(|_| unreachable_metric())
+        };
+        let m = Metrics {
+            rpc_messages: reg(
+                &registry,
+                counter_vec(
+                    "rpc_messages_total",
+                    "RPC messages handled, by method, kind and outcome.",
+                    &["method", "kind", "outcome"],
+                ),
+            ),
+            rpc_rejected: reg(
+                &registry,
+                counter_vec(
+                    "rpc_rejected_total",
+                    "RPC messages refused before dispatch, by reason.",
+                    &["reason", "kind"],
+                ),
+            ),
+            rpc_duration: reg(
+                &registry,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "rpc_handle_duration_seconds",
+                        "Time to handle an RPC request.",
+                    )
+                    .buckets(vec![
+                        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                        5.0, 10.0, 30.0, 60.0,
+                    ]),
+                    &["method"],
+                )
+                .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            rpc_inflight: reg(
+                &registry,
+                IntGauge::new("rpc_inflight", "RPC requests being handled.")
+                    .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            rpc_redeliveries: reg(
+                &registry,
+                IntCounter::new(
+                    "rpc_redeliveries_total",
+                    "Deliveries flagged as redelivered by the broker.",
+                )
+                .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            rpc_replies: reg(
+                &registry,
+                counter_vec(
+                    "rpc_replies_total",
+                    "Replies to calls.",
+                    &["outcome", "type"],
+                ),
+            ),
+            amqp_connected: reg(
+                &registry,
+                IntGauge::new(
+                    "amqp_connected",
+                    "1 while connected to the broker and consuming.",
+                )
+                .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            amqp_reconnects: reg(
+                &registry,
+                IntCounter::new(
+                    "amqp_reconnects_total",
+                    "Broker connections re-established.",
+                )
+                .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            amqp_connect_failures: reg(
+                &registry,
+                IntCounter::new(
+                    "amqp_connect_failures_total",
+                    "Failed broker connection attempts.",
+                )
+                .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            build_info: reg(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new("build_info", "Build information."),
+                    &["version", "revision"],
+                )
+                .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            decode_duration: reg(
+                &registry,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "rpc_decode_duration_seconds",
+                        "Time to decode an AMQP body.",
+                    )
+                    .buckets(vec![
+                        0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5,
+                    ]),
+                )
+                .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            registry,
+        };
+        m.build_info
+            .with_label_values(&[
+                env!("CARGO_PKG_VERSION"),
+                option_env!("MAGNUM_CONDUCTOR_REVISION").unwrap_or("unknown"),
+            ])
+            .set(1);
+        m
+    }
+
+    /// The text exposition of our metrics plus the process metrics.
+    pub fn render(&self) -> String {
+        let mut families = self.registry.gather();
+        families.extend(prometheus::default_registry().gather());
+        let mut buf = Vec::new();
+        if TextEncoder::new().encode(&families, &mut buf).is_err() {
+            return String::new();
+        }
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Metric constructors only fail on invalid names or label sets, which are
+/// compile-time constants here; reaching this is a programming error caught
+/// by the unit test below.
+fn unreachable_metric<T>() -> T {
+    panic!("invalid metric definition")
+}
+
+/// The label for a method name taken from the wire.
+pub fn method_label(method: Option<&str>) -> &'static str {
+    match method {
+        Some(m) => rpc_schema::methods::method(m).map(|s| s.name).unwrap_or(
+            if m == rpc_schema::methods::PING_METHOD {
+                rpc_schema::methods::PING_METHOD
+            } else {
+                "unknown"
+            },
+        ),
+        None => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_and_renders() {
+        let m = Metrics::new();
+        m.rpc_messages
+            .with_label_values(&["ping_conductor", "call", "ok"])
+            .inc();
+        let text = m.render();
+        assert!(text.contains("magnum_conductor_rpc_messages_total{kind=\"call\",method=\"ping_conductor\",outcome=\"ok\"} 1"));
+        assert!(text.contains("magnum_conductor_build_info"));
+        assert_eq!(method_label(Some("drop table")), "unknown");
+        assert_eq!(method_label(Some("cluster_create")), "cluster_create");
+    }
+}

@@ -1,0 +1,573 @@
+//! The oslo.messaging RPC server: connect, declare, consume, decode,
+//! dispatch, reply, acknowledge; reconnect on any broker failure; finish
+//! in-flight work on shutdown.
+//!
+//! Delivery guarantee (stronger than oslo's ack-on-receipt): a message is
+//! acknowledged once its handler signals that the first durable effect is
+//! recorded ([`DurableSignal`]), or once it is done (after the reply, for
+//! calls). If the conductor dies before that, the broker redelivers the
+//! message; `_unique_id`s being handled or recently handled are not run
+//! twice, and handlers are idempotent by object uuid across restarts.
+//! Undecodable messages are rejected without requeue (dead-lettered if the
+//! operator configured it), so a poison message cannot loop.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::config::Config;
+use futures_util::StreamExt;
+use lapin::Acker;
+use lapin::message::Delivery;
+use lapin::options::{
+    BasicAckOptions, BasicCancelOptions, BasicQosOptions, BasicRejectOptions, ConfirmSelectOptions,
+    QueueDeleteOptions,
+};
+use lapin::types::AMQPValue;
+use lapin::{Channel, Connection};
+use rpc_schema::{
+    Compression, ConductorRequest, Incoming, Outcome, RemoteFailure, envelope, methods,
+    reply as wire_reply,
+};
+use tokio::sync::{Semaphore, watch};
+
+use crate::amqp;
+use crate::dedup::{Dedup, Seen};
+use crate::handlers::{DurableSignal, HandlerRequest, Handlers};
+use crate::metrics::{Metrics, method_label};
+use crate::reply::Replier;
+use crate::topology::{self, ArgValue, ConsumerDecl, ConsumerKind};
+
+/// State shared with the health endpoint.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// True while consuming from the broker.
+    pub consuming: AtomicBool,
+}
+
+/// The RPC server.
+pub struct RpcServer<H: Handlers> {
+    cfg: Arc<Config>,
+    server_id: String,
+    handlers: Arc<H>,
+    metrics: Metrics,
+    health: Arc<Health>,
+}
+
+struct Shared<H: Handlers> {
+    cfg: Arc<Config>,
+    handlers: Arc<H>,
+    metrics: Metrics,
+    dedup: Dedup,
+    replier: Replier,
+    permits: Arc<Semaphore>,
+    ping_enabled: bool,
+}
+
+enum SessionEnd {
+    Shutdown,
+    Lost(String),
+}
+
+impl<H: Handlers> RpcServer<H> {
+    pub fn new(
+        cfg: Arc<Config>,
+        server_id: String,
+        handlers: Arc<H>,
+        metrics: Metrics,
+        health: Arc<Health>,
+    ) -> Self {
+        RpcServer {
+            cfg,
+            server_id,
+            handlers,
+            metrics,
+            health,
+        }
+    }
+
+    /// Run until `shutdown` resolves; then stop consuming, wait (bounded by
+    /// `rpc_response_timeout`) for in-flight requests, clean up and return.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send) {
+        let cfg = self.cfg.clone();
+        let r = &cfg.rabbit;
+        let fanout_unique = if r.use_queue_manager {
+            amqp::queue_manager_name(&r.hostname, &r.processname)
+        } else {
+            uuid::Uuid::new_v4().simple().to_string()
+        };
+        let mut decls = topology::rpc_server_consumers(
+            r,
+            &cfg.default.control_exchange,
+            &cfg.conductor.topic,
+            &self.server_id,
+            &fanout_unique,
+        );
+        tracing::info!(
+            topic = %cfg.conductor.topic, server = %self.server_id, exchange = %cfg.default.control_exchange,
+            queues = ?decls.iter().map(|d| d.queue.as_str()).collect::<Vec<_>>(), "starting RPC server"
+        );
+        let (chan_tx, chan_rx) = watch::channel::<Option<Channel>>(None);
+        let compression = r
+            .kombu_compression
+            .as_deref()
+            .and_then(Compression::from_option);
+        let shared = Arc::new(Shared {
+            cfg: cfg.clone(),
+            handlers: self.handlers.clone(),
+            metrics: self.metrics.clone(),
+            dedup: Dedup::default(),
+            replier: Replier::new(
+                chan_rx,
+                r.direct_mandatory_flag,
+                Duration::from_secs(r.kombu_missing_consumer_retry_timeout),
+                compression,
+                self.metrics.clone(),
+            ),
+            permits: Arc::new(Semaphore::new(cfg.default.executor_thread_pool_size)),
+            ping_enabled: cfg.default.rpc_ping_enabled,
+        });
+        let targets = amqp::targets(&cfg);
+        tokio::pin!(shutdown);
+        let mut attempt: u32 = 0;
+        let mut connected_once = false;
+        let mut stream_offset: Option<i64> = None;
+        loop {
+            let target = &targets[attempt as usize % targets.len()];
+            let conn = tokio::select! {
+                _ = &mut shutdown => break,
+                c = amqp::connect(&cfg, target) => c,
+            };
+            let conn = match conn {
+                Ok(c) => c,
+                Err(e) => {
+                    self.metrics.amqp_connect_failures.inc();
+                    let delay = amqp::retry_delay(&cfg, attempt);
+                    tracing::error!(error = %e, retry_in_s = delay.as_secs_f64(), "AMQP server unreachable");
+                    attempt = attempt.saturating_add(1);
+                    tokio::select! {
+                        _ = &mut shutdown => break,
+                        _ = tokio::time::sleep(delay) => continue,
+                    }
+                }
+            };
+            if let Some(off) = stream_offset {
+                for d in decls
+                    .iter_mut()
+                    .filter(|d| d.kind == ConsumerKind::Fanout && r.rabbit_stream_fanout)
+                {
+                    d.consumer_args = vec![("x-stream-offset", ArgValue::Int(off))];
+                }
+            }
+            let session = match open_session(&cfg, &conn, &decls).await {
+                Ok(s) => s,
+                Err(e) => {
+                    self.metrics.amqp_connect_failures.inc();
+                    let delay = amqp::retry_delay(&cfg, attempt);
+                    tracing::error!(target = %target.label, error = %e, "declaring the RPC topology failed");
+                    let _ = conn.close(320, "declare failed".into()).await;
+                    attempt = attempt.saturating_add(1);
+                    tokio::select! {
+                        _ = &mut shutdown => break,
+                        _ = tokio::time::sleep(delay) => continue,
+                    }
+                }
+            };
+            if connected_once {
+                self.metrics.amqp_reconnects.inc();
+            }
+            connected_once = true;
+            attempt = 0;
+            tracing::info!(target = %target.label, "connected to AMQP server, consuming");
+            let _ = chan_tx.send(Some(session.publisher.clone()));
+            self.metrics.amqp_connected.set(1);
+            self.health.consuming.store(true, Ordering::SeqCst);
+
+            let end = run_session(&shared, &session, &mut shutdown, &mut stream_offset).await;
+
+            self.health.consuming.store(false, Ordering::SeqCst);
+            self.metrics.amqp_connected.set(0);
+            match end {
+                SessionEnd::Shutdown => {
+                    tracing::info!("shutting down: no new requests; waiting for in-flight ones");
+                    for (tag, _) in &session.consumer_tags {
+                        let _ = session
+                            .consumer_channel
+                            .basic_cancel(tag.as_str().into(), BasicCancelOptions::default())
+                            .await;
+                    }
+                    wait_idle(
+                        &shared,
+                        Duration::from_secs(cfg.default.rpc_response_timeout),
+                    )
+                    .await;
+                    if topology::delete_fanout_on_shutdown(r)
+                        && let Some(f) = decls.iter().find(|d| d.kind == ConsumerKind::Fanout)
+                    {
+                        let _ = session
+                            .consumer_channel
+                            .queue_delete(f.queue.as_str().into(), QueueDeleteOptions::default())
+                            .await;
+                    }
+                    let _ = chan_tx.send(None);
+                    let _ = conn.close(200, "shutdown".into()).await;
+                    return;
+                }
+                SessionEnd::Lost(why) => {
+                    let _ = chan_tx.send(None);
+                    tracing::error!(reason = %why, "lost the AMQP connection; reconnecting");
+                    let _ = conn.close(320, "reconnecting".into()).await;
+                    let delay = Duration::from_secs_f64(r.kombu_reconnect_delay);
+                    tokio::select! {
+                        _ = &mut shutdown => break,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
+        tracing::info!("shutting down while disconnected; waiting for in-flight requests");
+        wait_idle(
+            &shared,
+            Duration::from_secs(cfg.default.rpc_response_timeout),
+        )
+        .await;
+    }
+}
+
+async fn wait_idle<H: Handlers>(shared: &Shared<H>, limit: Duration) {
+    let n = shared.cfg.default.executor_thread_pool_size as u32;
+    match tokio::time::timeout(limit, shared.permits.acquire_many(n)).await {
+        Ok(_) => tracing::info!("all in-flight requests finished"),
+        Err(_) => tracing::warn!(
+            "in-flight requests still running after {}s; unacknowledged ones will be redelivered",
+            limit.as_secs()
+        ),
+    }
+}
+
+struct Session {
+    consumer_channel: Channel,
+    publisher: Channel,
+    consumer_tags: Vec<(String, ConsumerKind)>,
+    consumers: Vec<(ConsumerKind, lapin::Consumer)>,
+}
+
+async fn open_session(
+    cfg: &Config,
+    conn: &Connection,
+    decls: &[ConsumerDecl],
+) -> Result<Session, lapin::Error> {
+    let mut ch = conn.create_channel().await?;
+    if cfg.rabbit.rabbit_qos_prefetch_count > 0 {
+        ch.basic_qos(
+            cfg.rabbit.rabbit_qos_prefetch_count,
+            BasicQosOptions::default(),
+        )
+        .await?;
+    }
+    for d in decls {
+        ch = amqp::declare(conn, ch, d).await?;
+    }
+    let mut consumers = Vec::new();
+    let mut consumer_tags = Vec::new();
+    for (i, d) in decls.iter().enumerate() {
+        let tag = (i + 1).to_string();
+        consumers.push((d.kind, amqp::consume(&ch, d, &tag).await?));
+        consumer_tags.push((tag, d.kind));
+    }
+    let publisher = conn.create_channel().await?;
+    publisher
+        .confirm_select(ConfirmSelectOptions::default())
+        .await?;
+    Ok(Session {
+        consumer_channel: ch,
+        publisher,
+        consumer_tags,
+        consumers,
+    })
+}
+
+async fn run_session<H: Handlers>(
+    shared: &Arc<Shared<H>>,
+    session: &Session,
+    shutdown: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+    stream_offset: &mut Option<i64>,
+) -> SessionEnd {
+    let streams = session.consumers.iter().map(|(kind, c)| {
+        let kind = *kind;
+        c.clone().map(move |d| (kind, d)).boxed()
+    });
+    let mut merged = futures_util::stream::select_all(streams);
+    loop {
+        tokio::select! {
+            _ = shutdown.as_mut() => return SessionEnd::Shutdown,
+            next = merged.next() => match next {
+                None => return SessionEnd::Lost("consumer cancelled by the broker".into()),
+                Some((_, Err(e))) => return SessionEnd::Lost(e.to_string()),
+                Some((kind, Ok(delivery))) => {
+                    if kind == ConsumerKind::Fanout
+                        && shared.cfg.rabbit.rabbit_stream_fanout
+                        && let Some(off) = stream_offset_of(&delivery)
+                    {
+                        *stream_offset = Some(off + 1);
+                    }
+                    // Backpressure: wait for a free handler slot before taking more.
+                    let permit = match shared.permits.clone().acquire_owned().await {
+                        Ok(p) => p,
+                        Err(_) => return SessionEnd::Shutdown,
+                    };
+                    let shared = shared.clone();
+                    tokio::spawn(async move {
+                        process(&shared, delivery).await;
+                        drop(permit);
+                    });
+                }
+            }
+        }
+    }
+}
+
+fn stream_offset_of(d: &Delivery) -> Option<i64> {
+    let headers = d.properties.headers().as_ref()?;
+    match headers.inner().get("x-stream-offset")? {
+        AMQPValue::LongLongInt(v) => Some(*v),
+        AMQPValue::LongInt(v) => Some(i64::from(*v)),
+        AMQPValue::LongUInt(v) => Some(i64::from(*v)),
+        _ => None,
+    }
+}
+
+fn compression_header(d: &Delivery) -> Option<String> {
+    let headers = d.properties.headers().as_ref()?;
+    match headers.inner().get("compression")? {
+        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        AMQPValue::ShortString(s) => Some(s.as_str().to_string()),
+        _ => None,
+    }
+}
+
+/// Turn an AMQP body into an [`Incoming`] message, or say why not.
+pub fn decode_delivery(
+    body: &[u8],
+    compression: Option<&str>,
+    limit: usize,
+) -> Result<Incoming, rpc_schema::EnvelopeError> {
+    let plain;
+    let body = match compression {
+        None => body,
+        Some(mime) => {
+            let c = Compression::from_header(mime).ok_or_else(|| {
+                rpc_schema::EnvelopeError::UnsupportedCompression(mime.to_string())
+            })?;
+            plain = c.decompress(body, limit)?;
+            &plain[..]
+        }
+    };
+    Ok(Incoming::from_message(envelope::decode(body, limit)?))
+}
+
+async fn ack(acker: &Acker, what: &str) {
+    if let Err(e) = acker.ack(BasicAckOptions::default()).await {
+        // The channel is gone: the broker will redeliver; dedup handles it.
+        tracing::warn!(error = %e, what, "failed to acknowledge a message");
+    }
+}
+
+async fn process<H: Handlers>(shared: &Arc<Shared<H>>, delivery: Delivery) {
+    let m = &shared.metrics;
+    if delivery.redelivered {
+        m.rpc_redeliveries.inc();
+    }
+    let started = Instant::now();
+    let decoded = decode_delivery(
+        &delivery.data,
+        compression_header(&delivery).as_deref(),
+        shared.cfg.conductor.max_message_bytes,
+    );
+    m.decode_duration.observe(started.elapsed().as_secs_f64());
+    let incoming = match decoded {
+        Ok(i) => i,
+        Err(e) => {
+            tracing::warn!(error = %e, routing_key = %delivery.routing_key, bytes = delivery.data.len(), "dropping an undecodable message");
+            m.rpc_rejected
+                .with_label_values(&[e.metric_label(), "unknown"])
+                .inc();
+            if let Err(e) = delivery
+                .acker
+                .reject(BasicRejectOptions { requeue: false })
+                .await
+            {
+                tracing::warn!(error = %e, "failed to reject a message");
+            }
+            return;
+        }
+    };
+    let kind = if incoming.is_call() { "call" } else { "cast" };
+    let label = method_label(incoming.method_name());
+    let unique_id = incoming.unique_id.clone();
+    if let Some(id) = &unique_id {
+        match shared.dedup.check(id) {
+            Seen::New => {}
+            Seen::Done => {
+                tracing::info!(unique_id = %id, method = label, "ignoring duplicate message");
+                m.rpc_messages
+                    .with_label_values(&[label, kind, "duplicate"])
+                    .inc();
+                ack(&delivery.acker, "duplicate").await;
+                return;
+            }
+            Seen::InFlight(done) => {
+                tracing::info!(unique_id = %id, method = label, "message redelivered while still being handled; acknowledging when done");
+                m.rpc_messages
+                    .with_label_values(&[label, kind, "duplicate"])
+                    .inc();
+                done.notified().await;
+                ack(&delivery.acker, "duplicate").await;
+                return;
+            }
+        }
+    }
+    if kind == "call" && incoming.reply_q.is_none() {
+        tracing::warn!(method = label, "call without _reply_q: cannot reply");
+        m.rpc_rejected
+            .with_label_values(&["no_reply_queue", kind])
+            .inc();
+    }
+    m.rpc_inflight.inc();
+    let ping_enabled = shared.ping_enabled;
+    let decoded = incoming
+        .request(|name| {
+            methods::method(name).is_some() || (ping_enabled && name == methods::PING_METHOD)
+        })
+        .and_then(|req| ConductorRequest::decode(&req.method, &req.args));
+    let (outcome, acked) = match decoded {
+        Err(failure) => {
+            tracing::warn!(method = label, kind, failure = %failure, "refusing request");
+            m.rpc_rejected
+                .with_label_values(&["bad_request", kind])
+                .inc();
+            (Outcome::Failure(failure), false)
+        }
+        Ok(request) => {
+            run_handler(
+                shared,
+                &incoming,
+                request,
+                delivery.redelivered,
+                &delivery.acker,
+            )
+            .await
+        }
+    };
+    let outcome_label = match &outcome {
+        Outcome::Result(_) => "ok",
+        Outcome::Failure(_) => "failure",
+    };
+    if let Outcome::Failure(f) = &outcome
+        && kind == "cast"
+    {
+        tracing::warn!(method = label, failure = %f, "cast failed");
+    }
+    if let (Some(msg_id), Some(reply_q)) = (&incoming.msg_id, &incoming.reply_q) {
+        let body = wire_reply::encode_reply(msg_id, &outcome);
+        shared.replier.send(reply_q, msg_id, body, "final").await;
+    }
+    if !acked {
+        ack(&delivery.acker, "done").await;
+    }
+    if let Some(id) = &unique_id {
+        shared.dedup.finish(id);
+    }
+    m.rpc_inflight.dec();
+    m.rpc_messages
+        .with_label_values(&[label, kind, outcome_label])
+        .inc();
+    m.rpc_duration
+        .with_label_values(&[label])
+        .observe(started.elapsed().as_secs_f64());
+}
+
+/// Run the handler in its own task (a panic becomes a failure reply), with
+/// call-monitor heartbeats and early acknowledgement on the durable signal.
+/// Returns the outcome and whether the message was acknowledged already.
+async fn run_handler<H: Handlers>(
+    shared: &Arc<Shared<H>>,
+    incoming: &Incoming,
+    request: ConductorRequest,
+    redelivered: bool,
+    acker: &Acker,
+) -> (Outcome, bool) {
+    let method = request.method();
+    let (durable, mut durable_rx) = DurableSignal::new();
+    let req = HandlerRequest {
+        context: incoming.context.clone(),
+        request,
+        is_call: incoming.is_call(),
+        unique_id: incoming.unique_id.clone(),
+        redelivered,
+        durable,
+    };
+    let handlers = shared.handlers.clone();
+    let mut task = tokio::spawn(async move { handlers.handle(req).await });
+    let heartbeat_every = incoming
+        .call_monitor_timeout
+        .map(|t| t.trunc() / 2.0)
+        .filter(|every| *every >= 1.0)
+        .map(Duration::from_secs_f64);
+    if incoming.call_monitor_timeout.is_some() && heartbeat_every.is_none() {
+        tracing::warn!(timeout = ?incoming.call_monitor_timeout, "client provided an invalid call-monitor timeout");
+    }
+    let mut ticker = heartbeat_every
+        .map(|every| tokio::time::interval_at(tokio::time::Instant::now() + every, every));
+    let mut acked = false;
+    let mut durable_open = true;
+    let outcome = loop {
+        tokio::select! {
+            res = &mut task => break match res {
+                Ok(o) => o,
+                Err(e) => {
+                    tracing::error!(method, error = %e, "handler crashed");
+                    Outcome::Failure(RemoteFailure::magnum_with_message(
+                        "MagnumException",
+                        &format!("Internal error while handling {method}"),
+                        Default::default(),
+                    ))
+                }
+            },
+            signal = &mut durable_rx, if durable_open => {
+                // Closed without a signal: the handler is finishing; ack when done.
+                durable_open = false;
+                if signal.is_ok() {
+                    ack(acker, "durable").await;
+                    acked = true;
+                }
+            }
+            _ = async { match ticker.as_mut() { Some(t) => { t.tick().await; } None => std::future::pending().await } } => {
+                if let (Some(msg_id), Some(reply_q)) = (&incoming.msg_id, &incoming.reply_q) {
+                    shared.replier.send(reply_q, msg_id, wire_reply::encode_heartbeat(msg_id), "heartbeat").await;
+                }
+            }
+        }
+    };
+    (outcome, acked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_delivery_handles_compression_and_garbage() {
+        let body = br#"{"oslo.version": "2.0", "oslo.message": "{\"method\": \"ping_conductor\", \"args\": {}, \"_msg_id\": \"m\", \"_reply_q\": \"r\"}"}"#;
+        let i = decode_delivery(body, None, 1 << 20).unwrap();
+        assert!(i.is_call());
+        let z = Compression::Zlib.compress(body);
+        assert!(
+            decode_delivery(&z, Some("application/x-gzip"), 1 << 20)
+                .unwrap()
+                .is_call()
+        );
+        assert!(decode_delivery(&z, Some("application/zstd"), 1 << 20).is_err());
+        assert!(decode_delivery(b"\x00\x01", None, 1 << 20).is_err());
+    }
+}
