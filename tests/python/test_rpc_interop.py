@@ -1,0 +1,140 @@
+"""Magnum 23.0.0's own client code (magnum.conductor.api, oslo.messaging)
+against our conductor over the real RabbitMQ."""
+import os
+import time
+import uuid
+
+import pytest
+
+from conftest import context, magnum_client, new_vhost, rabbitmqctl, start_conductor, write_conf
+
+
+@pytest.fixture(scope="module")
+def env(session_tmp):
+    vhost = new_vhost("interop")
+    conductor = start_conductor(session_tmp, vhost, extra_default="rpc_ping_enabled = true")
+    client_conf = os.path.join(session_tmp, "client.conf")
+    write_conf(client_conf, vhost)
+    magnum_client(client_conf)
+    yield conductor
+    assert conductor.stop() == 0, "conductor must exit cleanly on SIGTERM"
+    rabbitmqctl("delete_vhost", vhost)
+
+
+def cluster_obj(ctx, **kw):
+    from magnum import objects
+
+    fields = dict(uuid=str(uuid.uuid4()), name="k8s-demo", project_id=ctx.project_id, user_id=ctx.user_id,
+                  cluster_template_id=str(uuid.uuid4()), keypair="mykey", labels={"kube_tag": "v1.30.4"},
+                  master_flavor_id="m1.medium", flavor_id="m1.small", create_timeout=60)
+    fields.update(kw)
+    return objects.Cluster(ctx, **fields)
+
+
+def test_ping_conductor_returns_true(env):
+    from magnum.conductor import api
+
+    listener = api.ListenerAPI(context=context(), topic="magnum-conductor", server=env.server_id, timeout=10)
+    assert listener.ping_conductor() is True
+
+
+def test_oslo_ping_when_enabled(env):
+    from magnum.common import rpc_service
+
+    client = rpc_service.API(context=context(), topic="magnum-conductor")
+    assert client._call("oslo_rpc_server_ping") == "pong"
+
+
+def test_not_implemented_call_raises_not_supported(env):
+    from magnum.common import exception
+    from magnum.conductor import api
+
+    ctx = context()
+    with pytest.raises(exception.NotSupported) as info:
+        api.API(context=ctx).get_ca_certificate(cluster_obj(ctx), ca_cert_type="etcd")
+    assert info.value.code == 400
+    assert "get_ca_certificate" in str(info.value)
+    with pytest.raises(exception.NotSupported):
+        api.API(context=ctx).cluster_delete(str(uuid.uuid4()))
+
+
+def test_unknown_method_is_remote_error_no_such_method(env):
+    import oslo_messaging
+    from magnum.common import rpc_service
+
+    with pytest.raises(oslo_messaging.RemoteError) as info:
+        rpc_service.API(context=context(), topic="magnum-conductor")._call("no_such_method", foo=1)
+    assert info.value.exc_type == "NoSuchMethod"
+    assert "Endpoint does not support RPC method no_such_method" in info.value.value
+
+
+def test_wrong_version_is_remote_error_unsupported_version(env):
+    import oslo_messaging
+    from magnum.common import rpc
+
+    target = oslo_messaging.Target(topic="magnum-conductor", version="1.1")
+    client = rpc.get_client(target, serializer=None, timeout=10)
+    with pytest.raises(oslo_messaging.RemoteError) as info:
+        client.call(context(), "ping_conductor")
+    assert info.value.exc_type == "UnsupportedVersion"
+    assert "Attempted method: ping_conductor" in info.value.value
+
+
+def test_federation_call_raises_not_implemented(env):
+    from magnum.conductor import api
+
+    with pytest.raises(NotImplementedError) as info:
+        api.API(context=context()).federation_delete(str(uuid.uuid4()))
+    assert "This feature is not yet implemented." in str(info.value)
+
+
+def test_bad_argument_type_is_invalid_parameter_value(env):
+    from magnum.common import exception, rpc_service
+
+    ctx = context()
+    with pytest.raises(exception.InvalidParameterValue) as info:
+        rpc_service.API(context=ctx, topic="magnum-conductor")._call("cluster_delete", uuid=12)
+    assert info.value.code == 400
+
+
+def test_missing_argument_is_type_error(env):
+    from magnum.common import rpc_service
+
+    with pytest.raises(TypeError) as info:
+        rpc_service.API(context=context(), topic="magnum-conductor")._call("cluster_delete")
+    assert "missing 1 required positional argument: 'uuid'" in str(info.value)
+
+
+def test_casts_arrive(env):
+    from magnum.conductor import api
+
+    ctx = context()
+    before = env.metric("magnum_conductor_rpc_messages_total", method="cluster_create", kind="cast")
+    before_del = env.metric("magnum_conductor_rpc_messages_total", method="cluster_delete", kind="cast")
+    a = api.API(context=ctx)
+    a.cluster_create_async(cluster_obj(ctx), master_count=1, node_count=2, create_timeout=60)
+    a.cluster_delete_async(str(uuid.uuid4()))
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        if (env.metric("magnum_conductor_rpc_messages_total", method="cluster_create", kind="cast") == before + 1
+                and env.metric("magnum_conductor_rpc_messages_total", method="cluster_delete", kind="cast") == before_del + 1):
+            break
+        time.sleep(0.1)
+    assert env.metric("magnum_conductor_rpc_messages_total", method="cluster_create", kind="cast") == before + 1
+    assert env.metric("magnum_conductor_rpc_messages_total", method="cluster_delete", kind="cast") == before_del + 1
+
+
+def test_object_arguments_round_trip(env):
+    """sign_certificate: a Certificate object and a Cluster with a nested template."""
+    from magnum.common import exception
+    from magnum import objects
+    from magnum.conductor import api
+
+    ctx = context()
+    cluster = cluster_obj(ctx)
+    cluster.cluster_template = objects.ClusterTemplate(ctx, id=3, uuid=str(uuid.uuid4()), coe="kubernetes",
+                                                       labels={"a": True})
+    cert = objects.Certificate.from_object_cluster(cluster)
+    cert.csr = "-----BEGIN CERTIFICATE REQUEST-----\n...\n-----END CERTIFICATE REQUEST-----"
+    with pytest.raises(exception.NotSupported):
+        api.API(context=ctx).sign_certificate(cluster, cert)
