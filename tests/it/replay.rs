@@ -1,1 +1,1 @@
-
+//! Replay of recorded messages (see tests/fixtures/rpc).

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Make this machine able to run the conductor and its tests: RabbitMQ and
+# MariaDB installed and running, a cached Python venv with the real Magnum
+# 23.0.0 client code. Idempotent; safe to run on every test run.
+# Prints `export MAGNUM_VENV=...` as its last line.
+set -euo pipefail
+
+VENV="${MAGNUM_VENV:-$HOME/.cache/magnum-conductor-rs/venv-magnum-23.0.0}"
+PY_REQS="magnum==23.0.0 python-magnumclient==5.0.0 pytest==8.4.2"
+
+log() { echo "[setup] $*" >&2; }
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+apt_install() {
+  local missing=()
+  for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    log "installing ${missing[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+command -v rabbitmq-server >/dev/null 2>&1 || apt_install rabbitmq-server
+command -v mariadbd >/dev/null 2>&1 || apt_install mariadb-server
+command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv
+
+if ! rabbitmqctl -q status >/dev/null 2>&1; then
+  log "starting RabbitMQ"
+  $SUDO rabbitmq-server -detached >/dev/null 2>&1 || true
+fi
+rabbitmqctl -q await_startup --timeout 120 >/dev/null 2>&1 || { log "RabbitMQ did not start"; exit 1; }
+# A previous run may have stopped the app (broker-restart test).
+rabbitmqctl -q start_app >/dev/null 2>&1 || true
+
+if ! mariadb -uroot -e 'select 1' >/dev/null 2>&1; then
+  log "starting MariaDB"
+  $SUDO start-stop-daemon --start --oknodo --background --exec "$(command -v mariadbd)" -- --user=mysql >/dev/null 2>&1 || true
+  for _ in $(seq 1 60); do mariadb -uroot -e 'select 1' >/dev/null 2>&1 && break; sleep 1; done
+fi
+
+stamp="$VENV/.requirements"
+if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$PY_REQS" ]; then
+  log "creating the Python venv at $VENV ($PY_REQS)"
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --upgrade pip >/dev/null
+  # shellcheck disable=SC2086
+  "$VENV/bin/pip" install -q $PY_REQS >/dev/null
+  echo "$PY_REQS" > "$stamp"
+fi
+echo "export MAGNUM_VENV=$VENV"

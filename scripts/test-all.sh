@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, Rust unit and integration tests
+# (against the real RabbitMQ), and the Python interop tests that drive our
+# conductor with Magnum 23.0.0's own client code. Installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+eval "$(scripts/setup-env.sh | tail -n 1)"
+export CARGO_TERM_COLOR=never
+
+echo "== cargo fmt"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+echo "== cargo build"
+cargo build --workspace --quiet
+echo "== cargo test (unit + integration, real RabbitMQ)"
+MAGNUM_VENV="$MAGNUM_VENV" cargo test --workspace --quiet 2>&1 | tee /tmp/mc-cargo-test.log
+echo "== python interop tests (Magnum 23.0.0 client)"
+MAGNUM_CONDUCTOR_BIN="$PWD/target/debug/magnum-conductor" \
+  "$MAGNUM_VENV/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q tests/python
