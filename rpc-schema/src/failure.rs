@@ -29,7 +29,8 @@ pub struct RemoteFailure {
     pub module: String,
     pub message: String,
     pub args: Vec<Value>,
-    pub kwargs: Map<String, Value>,
+    /// Boxed to keep `Result<_, RemoteFailure>` small.
+    pub kwargs: Box<Map<String, Value>>,
 }
 
 /// Look up a Magnum exception class: (code, template).
@@ -77,7 +78,7 @@ impl RemoteFailure {
             module: MAGNUM_MODULE.to_string(),
             args: vec![Value::String(message.clone())],
             message,
-            kwargs,
+            kwargs: Box::new(kwargs),
         }
     }
 
@@ -102,7 +103,7 @@ impl RemoteFailure {
             module: BUILTINS.to_string(),
             message: message.to_string(),
             args: vec![Value::String(message.to_string())],
-            kwargs: Map::new(),
+            kwargs: Box::default(),
         }
     }
 
@@ -114,7 +115,7 @@ impl RemoteFailure {
             module: DISPATCHER_MODULE.into(),
             args: vec![Value::String(message.clone())],
             message,
-            kwargs: Map::new(),
+            kwargs: Box::default(),
         }
     }
 
@@ -129,7 +130,7 @@ impl RemoteFailure {
             module: DISPATCHER_MODULE.into(),
             args: vec![Value::String(message.clone())],
             message,
-            kwargs: Map::new(),
+            kwargs: Box::default(),
         }
     }
 
@@ -141,7 +142,7 @@ impl RemoteFailure {
             module: OVO_MODULE.into(),
             args: vec![Value::String(message.clone())],
             message,
-            kwargs,
+            kwargs: Box::new(kwargs),
         }
     }
 
@@ -183,7 +184,7 @@ impl RemoteFailure {
         m.insert("message".into(), json!(self.message));
         m.insert("tb".into(), Value::Array(self.traceback()));
         m.insert("args".into(), Value::Array(self.args.clone()));
-        m.insert("kwargs".into(), Value::Object(self.kwargs.clone()));
+        m.insert("kwargs".into(), Value::Object((*self.kwargs).clone()));
         pyjson::to_string(&m)
     }
 
@@ -204,11 +205,12 @@ impl RemoteFailure {
                 .and_then(Value::as_array)
                 .cloned()
                 .unwrap_or_default(),
-            kwargs: o
-                .get("kwargs")
-                .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default(),
+            kwargs: Box::new(
+                o.get("kwargs")
+                    .and_then(Value::as_object)
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
         })
     }
 

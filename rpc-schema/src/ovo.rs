@@ -813,7 +813,7 @@ mod tests {
         let c = MagnumObject::from_primitive(&p).unwrap();
         assert_eq!(c.version, (1, 23));
         assert_eq!(c.extra["trust_id"], "t-1");
-        assert!(c.to_primitive().to_string().contains("trust_id") == false);
+        assert!(!c.to_primitive().to_string().contains("trust_id"));
     }
 
     #[test]

@@ -48,14 +48,14 @@ impl Formatter for PythonFormatter {
             if (' '..='~').contains(&ch) {
                 continue;
             }
-            w.write_all(fragment[start..i].as_bytes())?;
+            w.write_all(&fragment.as_bytes()[start..i])?;
             let mut units = [0u16; 2];
             for unit in ch.encode_utf16(&mut units) {
                 write!(w, "\\u{:04x}", unit)?;
             }
             start = i + ch.len_utf8();
         }
-        w.write_all(fragment[start..].as_bytes())
+        w.write_all(&fragment.as_bytes()[start..])
     }
 
     fn write_char_escape<W: ?Sized + io::Write>(

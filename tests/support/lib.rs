@@ -23,7 +23,10 @@ pub struct Vhost(pub String);
 
 impl Vhost {
     pub fn new(prefix: &str) -> Vhost {
-        let name = format!("{prefix}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let name = format!(
+            "{prefix}-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
         rabbitmqctl(&["add_vhost", &name]);
         rabbitmqctl(&["set_permissions", "-p", &name, "guest", ".*", ".*", ".*"]);
         Vhost(name)
@@ -40,8 +43,16 @@ impl Drop for Vhost {
 }
 
 pub fn rabbitmqctl(args: &[&str]) -> String {
-    let out = Command::new("rabbitmqctl").arg("-q").args(args).output().expect("rabbitmqctl runs");
-    assert!(out.status.success(), "rabbitmqctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("rabbitmqctl")
+        .arg("-q")
+        .args(args)
+        .output()
+        .expect("rabbitmqctl runs");
+    assert!(
+        out.status.success(),
+        "rabbitmqctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -61,25 +72,45 @@ impl TestConductor {
             vhost.0
         );
         let mut l = Layered::default();
-        l.push_text(Path::new("test.conf"), &text).expect("test config parses");
+        l.push_text(Path::new("test.conf"), &text)
+            .expect("test config parses");
         let cfg = Arc::new(Config::from_layered(&l).expect("test config is valid"));
         let metrics = Metrics::new();
         let health = Arc::new(Health::default());
         let server_id = common::short_id::generate_id();
-        let server = RpcServer::new(cfg, server_id.clone(), Arc::new(BaseHandlers), metrics.clone(), health.clone());
+        let server = RpcServer::new(
+            cfg,
+            server_id.clone(),
+            Arc::new(BaseHandlers),
+            metrics.clone(),
+            health.clone(),
+        );
         let (tx, rx) = oneshot::channel();
         let task = tokio::spawn(server.run(async move {
             let _ = rx.await;
         }));
-        let c = TestConductor { metrics, health, server_id, stop: Some(tx), task };
+        let c = TestConductor {
+            metrics,
+            health,
+            server_id,
+            stop: Some(tx),
+            task,
+        };
         c.wait_consuming(Duration::from_secs(20)).await;
         c
     }
 
     pub async fn wait_consuming(&self, limit: Duration) {
         let deadline = tokio::time::Instant::now() + limit;
-        while !self.health.consuming.load(std::sync::atomic::Ordering::SeqCst) {
-            assert!(tokio::time::Instant::now() < deadline, "conductor did not start consuming");
+        while !self
+            .health
+            .consuming
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "conductor did not start consuming"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -88,7 +119,11 @@ impl TestConductor {
         let text = self.metrics.render();
         text.lines()
             .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
-            .filter(|l| labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
+            .filter(|l| {
+                labels
+                    .iter()
+                    .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+            })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     }
@@ -117,32 +152,68 @@ pub fn oslo_properties(call: bool) -> BasicProperties {
         .with_delivery_mode(2)
         .with_priority(0)
         .with_headers(FieldTable::default());
-    if call { p.with_expiration("60000".into()) } else { p }
+    if call {
+        p.with_expiration("60000".into())
+    } else {
+        p
+    }
 }
 
 impl RawClient {
     pub async fn connect(vhost: &Vhost) -> RawClient {
-        let conn = Connection::connect(&vhost.amqp_url(), ConnectionProperties::default()).await.expect("connect");
+        let conn = Connection::connect(&vhost.amqp_url(), ConnectionProperties::default())
+            .await
+            .expect("connect");
         let channel = conn.create_channel().await.expect("channel");
         let reply_q = format!("reply_{}", uuid::Uuid::new_v4().simple());
         let mut args = FieldTable::default();
-        args.insert("x-expires".into(), lapin::types::AMQPValue::LongInt(1_800_000));
-        channel.queue_declare(reply_q.as_str().into(), QueueDeclareOptions::default(), args).await.expect("reply queue");
+        args.insert(
+            "x-expires".into(),
+            lapin::types::AMQPValue::LongInt(1_800_000),
+        );
+        channel
+            .queue_declare(
+                reply_q.as_str().into(),
+                QueueDeclareOptions::default(),
+                args,
+            )
+            .await
+            .expect("reply queue");
         let replies = channel
             .basic_consume(
                 reply_q.as_str().into(),
                 "replies".into(),
-                BasicConsumeOptions { no_ack: true, ..Default::default() },
+                BasicConsumeOptions {
+                    no_ack: true,
+                    ..Default::default()
+                },
                 FieldTable::default(),
             )
             .await
             .expect("consume replies");
-        RawClient { conn, channel, reply_q, replies }
+        RawClient {
+            conn,
+            channel,
+            reply_q,
+            replies,
+        }
     }
 
-    pub async fn publish(&self, exchange: &str, routing_key: &str, body: &[u8], props: BasicProperties) {
+    pub async fn publish(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        body: &[u8],
+        props: BasicProperties,
+    ) {
         self.channel
-            .basic_publish(exchange.into(), routing_key.into(), BasicPublishOptions::default(), body, props)
+            .basic_publish(
+                exchange.into(),
+                routing_key.into(),
+                BasicPublishOptions::default(),
+                body,
+                props,
+            )
             .await
             .expect("publish")
             .await
@@ -153,10 +224,14 @@ impl RawClient {
     pub async fn reply(&mut self, msg_id: &str, limit: Duration) -> Option<Map<String, Value>> {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
-            let next = tokio::time::timeout_at(deadline, self.replies.next()).await.ok()??;
+            let next = tokio::time::timeout_at(deadline, self.replies.next())
+                .await
+                .ok()??;
             let d = next.ok()?;
             let m = rpc_schema::envelope::decode(&d.data, 1 << 26).ok()?;
-            if m.get("_msg_id").and_then(Value::as_str) == Some(msg_id) && m.get("ending") == Some(&Value::Bool(true)) {
+            if m.get("_msg_id").and_then(Value::as_str) == Some(msg_id)
+                && m.get("ending") == Some(&Value::Bool(true))
+            {
                 return Some(m);
             }
         }
@@ -164,7 +239,12 @@ impl RawClient {
 }
 
 /// Build an oslo request dict (a call when `call`), with a minimal context.
-pub fn request(method: &str, args: Value, call: bool, reply_q: &str) -> (String, Map<String, Value>) {
+pub fn request(
+    method: &str,
+    args: Value,
+    call: bool,
+    reply_q: &str,
+) -> (String, Map<String, Value>) {
     let msg_id = uuid::Uuid::new_v4().simple().to_string();
     let mut m = Map::new();
     m.insert("method".into(), Value::String(method.into()));
@@ -174,7 +254,10 @@ pub fn request(method: &str, args: Value, call: bool, reply_q: &str) -> (String,
         m.insert("_reply_q".into(), Value::String(reply_q.into()));
         m.insert("_timeout".into(), Value::Null);
     }
-    m.insert("_unique_id".into(), Value::String(uuid::Uuid::new_v4().simple().to_string()));
+    m.insert(
+        "_unique_id".into(),
+        Value::String(uuid::Uuid::new_v4().simple().to_string()),
+    );
     m.insert("_context_user_id".into(), Value::String("u".into()));
     m.insert("_context_project_id".into(), Value::String("p".into()));
     (msg_id, m)
