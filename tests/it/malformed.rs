@@ -17,12 +17,11 @@ fn cluster(version: &str, data: Value) -> Value {
            "magnum_object.version": version, "magnum_object.data": data})
 }
 
+/// Changes a well-formed ping request into a malformed one.
+type Mutator = Box<dyn Fn(&mut serde_json::Map<String, Value>)>;
+
 /// (name, request mutator, expected failure class or "OK:<json result>")
-fn call_cases() -> Vec<(
-    &'static str,
-    Box<dyn Fn(&mut serde_json::Map<String, Value>)>,
-    &'static str,
-)> {
+fn call_cases() -> Vec<(&'static str, Mutator, &'static str)> {
     vec![
         (
             "missing method",
