@@ -195,13 +195,8 @@ fn unreachable_metric<T>() -> T {
 /// The label for a method name taken from the wire.
 pub fn method_label(method: Option<&str>) -> &'static str {
     match method {
-        Some(m) => rpc_schema::methods::method(m).map(|s| s.name).unwrap_or(
-            if m == rpc_schema::methods::PING_METHOD {
-                rpc_schema::methods::PING_METHOD
-            } else {
-                "unknown"
-            },
-        ),
+        Some(rpc_schema::methods::PING_METHOD) => rpc_schema::methods::PING_METHOD,
+        Some(m) => rpc_schema::methods::method(m).map_or("unknown", |s| s.name),
         None => "unknown",
     }
 }

@@ -11,6 +11,8 @@ import json
 import os
 import sys
 import tempfile
+import threading
+import time
 import uuid
 import warnings
 
@@ -92,7 +94,6 @@ def fixture(msg, inner):
 
 def exercise(drain):
     """Send every method the way magnum-api does; return (fixture, method, kind)."""
-    import oslo_messaging
     from magnum import objects
     from magnum.conductor import api
 
@@ -133,12 +134,8 @@ def exercise(drain):
         sent.append((name, method, "cast"))
 
     def call(name, method, fn):
-        import threading
-
         t = threading.Thread(target=lambda: _ignore_timeout(fn))
         t.start()
-        import time
-
         time.sleep(0.3)
         drain()
         t.join()

@@ -171,6 +171,12 @@ const KNOWN: &[(&str, &[&str])] = &[
     ("metrics", &["listen"]),
 ];
 
+fn is_known(group: &str, key: &str) -> bool {
+    KNOWN
+        .iter()
+        .any(|(g, keys)| *g == group && keys.contains(&key))
+}
+
 /// Typed reads of one group, with oslo.config's value syntax.
 struct Group<'a> {
     layered: &'a Layered,
@@ -363,10 +369,7 @@ impl Config {
     /// Type the options of already-loaded files.
     pub fn from_layered(layered: &Layered) -> Result<Config, ConfigError> {
         for (group, key) in layered.keys() {
-            let known = KNOWN
-                .iter()
-                .any(|(g, keys)| *g == group && keys.contains(&key.as_str()));
-            if !known {
+            if !is_known(&group, &key) {
                 tracing::debug!(group = %group, option = %key, "option not used by this conductor, ignored");
             }
         }
@@ -413,10 +416,7 @@ impl Config {
             overrides: Some(&transport.query),
         };
         for key in transport.query.keys() {
-            let known = KNOWN
-                .iter()
-                .any(|(g, keys)| *g == "oslo_messaging_rabbit" && keys.contains(&key.as_str()));
-            if !known {
+            if !is_known("oslo_messaging_rabbit", key) {
                 tracing::debug!(option = %key, "transport_url query parameter not used by this conductor, ignored");
             }
         }
