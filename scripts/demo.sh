@@ -1,46 +1,100 @@
 #!/usr/bin/env bash
-# The conductor's main job as far as it exists today: start it against the
-# local RabbitMQ and drive it with Magnum 23.0.0's own client code
-# (ping_conductor, a call answered with a Magnum exception, a cast), then
-# stop it with SIGTERM. The Cluster API lifecycle demo comes with issue 6.
+# The conductor's main job, end to end on one machine: the CAPI simulator
+# (tests/capi-sim, real CRDs) as the management cluster, the local RabbitMQ
+# and a fresh MariaDB database with Magnum's schema. Magnum 23.0.0's own
+# client code then drives one cluster the way magnum-api does:
+#   template (Magnum's objects) -> cluster_create cast -> CREATE_COMPLETE
+#   -> `openstack coe cluster config` (get_ca_certificate + sign_certificate)
+#   -> cluster_delete cast -> rows, keypairs and CAPI objects gone.
+# Options: --line v1beta1|v1beta2 (default v1beta1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+line=v1beta1
+[ "${1:-}" = "--line" ] && line="${2:?--line v1beta1|v1beta2}"
 eval "$(scripts/setup-env.sh | tail -n 1)"
-cargo build --quiet -p conductor
+cargo build --quiet -p conductor -p capi-sim
 work=$(mktemp -d)
 vhost="demo-$$"
 rabbitmqctl -q add_vhost "$vhost"
 rabbitmqctl -q set_permissions -p "$vhost" guest '.*' '.*' '.*'
-cleanup() { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rabbitmqctl -q delete_vhost "$vhost" || true; rm -rf "$work"; }
+db="magnum_demo_$$"
+mysql -uroot -h127.0.0.1 -e "CREATE DATABASE \`$db\`"
+pid="" sim=""
+cleanup() {
+  for p in $pid $sim; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  rabbitmqctl -q delete_vhost "$vhost" || true
+  mysql -uroot -h127.0.0.1 -e "DROP DATABASE IF EXISTS \`$db\`" || true
+  rm -rf "$work"
+}
 trap cleanup EXIT
+
+target/debug/capi-sim --line "$line" --crds ../shared/crds --listen 127.0.0.1:0 \
+  --kubeconfig "$work/mgmt.kubeconfig" --tick-ms 200 > "$work/sim.log" 2>&1 &
+sim=$!
+for _ in $(seq 1 100); do [ -s "$work/mgmt.kubeconfig" ] && break; sleep 0.1; done
+echo "--- management cluster: capi-sim ($line) at $(grep server: "$work/mgmt.kubeconfig" | awk '{print $2}')"
+
 cat > "$work/magnum.conf" <<CONF
 [DEFAULT]
 transport_url = rabbit://guest:guest@127.0.0.1:5672/$vhost
-rpc_response_timeout = 10
+rpc_response_timeout = 30
 [database]
-connection = sqlite:///$work/unused.sqlite
+connection = mysql+pymysql://root@127.0.0.1:3306/$db?charset=utf8
+[certificates]
+cert_manager_type = x509keypair
 [metrics]
 listen = 127.0.0.1:19323
+[capi]
+kubeconfig = $work/mgmt.kubeconfig
+# Demo only: one shared application credential (see README, "Credentials").
+static_auth_url = https://keystone.example.com:5000/v3
+static_application_credential_id = demo-application-credential
+static_application_credential_secret = demo-secret
 CONF
-target/debug/magnum-conductor --config-file "$work/magnum.conf" &
+target/debug/magnum-conductor --config-file "$work/magnum.conf" db-create
+target/debug/magnum-conductor --config-file "$work/magnum.conf" > "$work/conductor.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 100); do curl -sf localhost:19323/readyz >/dev/null 2>&1 && break; sleep 0.1; done
-server=$(curl -s localhost:19323/readyz | sed 's/.*"server": "\([a-z2-7]*\)".*/\1/')
-"$MAGNUM_VENV/bin/python" - "$work/magnum.conf" "$server" <<'PY'
-import sys, uuid, warnings, time
-warnings.simplefilter("ignore")
-from magnum.common import service, exception, context
-service.prepare_service(["magnum-api", "--config-file", sys.argv[1]])
-from magnum.conductor import api
-ctx = context.make_context(user_id="demo", project_id="demo")
-print("ping_conductor ->", api.ListenerAPI(ctx, "magnum-conductor", sys.argv[2], 10).ping_conductor())
-try:
-    api.API(ctx).cluster_delete(str(uuid.uuid4()))
-except exception.NotSupported as e:
-    print("cluster_delete (call) -> NotSupported, HTTP", e.code, "-", str(e).splitlines()[0])
-api.API(ctx).cluster_delete_async(str(uuid.uuid4()))
-print("cluster_delete (cast) -> sent")
-time.sleep(0.5)
-PY
+curl -sf localhost:19323/readyz >/dev/null || { cat "$work/conductor.log"; exit 1; }
+
+py() { "$MAGNUM_VENV/bin/python" "$@"; }
+lc() { py tests/python/lifecycle_client.py "$work/magnum.conf" "$@" | tail -n 1; }
+field() { py -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+
+template=$(lc template '{"name": "k8s-v1.30", "coe": "kubernetes", "server_type": "vm", "cluster_distro": "ubuntu",
+  "image_id": "ubuntu-2204-kube-v1.30.4", "flavor_id": "m1.small", "master_flavor_id": "m1.medium",
+  "keypair_id": "mykey", "external_network_id": "public", "network_driver": "calico", "master_lb_enabled": true,
+  "labels": {"kube_tag": "v1.30.4"}}' | field 'd["uuid"]')
+echo "--- cluster template $template (inserted with Magnum's objects)"
+uuid=$(lc create "$template" '{"master_count": 3, "node_count": 2, "cluster": {"name": "demo"}}' | field 'd["uuid"]')
+echo "--- cluster_create cast for cluster $uuid (3 masters, 2 workers)"
+last=""
+for _ in $(seq 1 300); do
+  got=$(lc get "$uuid")
+  now=$(echo "$got" | field '"%s  %s" % (d["cluster"]["status"], d["cluster"]["status_reason"] or "")')
+  [ "$now" != "$last" ] && echo "    $now" && last=$now
+  case "$now" in CREATE_COMPLETE*|CREATE_FAILED*) break ;; esac
+  sleep 0.5
+done
+echo "$got" | field '"    api_address=%s coe_version=%s health=%s stack_id=%s" % (d["cluster"]["api_address"], d["cluster"]["coe_version"], d["cluster"]["health_status"], d["cluster"]["stack_id"])'
+echo "$got" | field '"\n".join("    nodegroup %s: %s %s" % (n["name"], n["status"], n["node_addresses"]) for n in d["nodegroups"])'
+case "$last" in CREATE_COMPLETE*) ;; *) echo "create did not complete"; tail -20 "$work/conductor.log"; exit 1 ;; esac
+
+echo "--- openstack coe cluster config (python-magnumclient's flow)"
+py tests/python/cert_client.py "$work/magnum.conf" coe-config "$uuid" "$work/kube" | tail -n 1 \
+  | field '"    kubeconfig written: %s (client certificate signed by the cluster CA)" % d["config"]'
+grep -E "server:|current-context" "$work/kube/config" | sed 's/^/    /'
+
+echo "--- cluster_delete cast"
+last=""
+for _ in $(seq 1 300); do
+  got=$(lc get "$uuid")
+  now=$(echo "$got" | field '"%s  %s" % (d["cluster"]["status"], d["cluster"]["status_reason"] or "") if d["cluster"] else "gone"')
+  [ "$now" != "$last" ] && echo "    $now" && last=$now
+  [ "$now" = "gone" ] && break
+  sleep 0.5
+done
+echo "$got" | field '"    rows left: nodegroups=%d x509keypairs=%d" % (len(d["nodegroups"]), d["x509keypairs"])'
+[ "$last" = "gone" ] || { echo "delete did not complete"; tail -20 "$work/conductor.log"; exit 1; }
 echo "--- metrics"
-curl -s localhost:19323/metrics | grep -E '^magnum_conductor_rpc_messages_total'
+curl -s localhost:19323/metrics | grep -E '^magnum_conductor_(cluster_operations|status_writes|watch_events)_total' | sed 's/^/    /'

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Make this machine able to run the conductor and its tests: RabbitMQ and
-# MariaDB installed and running, a cached Python venv with the real Magnum
-# 23.0.0 client code. Idempotent; safe to run on every test run.
-# Prints `export MAGNUM_VENV=...` as its last line.
+# MariaDB installed and running, cached Python venvs with the real Magnum
+# 23.0.0 (client, objects, migrations) and Magnum 22.0.0 (objects and
+# migrations of the 22.x schema). Idempotent; safe to run on every test run.
+# Prints `export MAGNUM_VENV=... MAGNUM22_VENV=...` as its last line.
 set -euo pipefail
 
 VENV="${MAGNUM_VENV:-$HOME/.cache/magnum-conductor-rs/venv-magnum-23.0.0}"
-PY_REQS="magnum==23.0.0 python-magnumclient==5.0.0 pytest==8.4.2"
+PY_REQS="magnum==23.0.0 python-magnumclient==5.0.0 pytest==8.4.2 PyMySQL==1.2.4"
+VENV22="${MAGNUM22_VENV:-$HOME/.cache/magnum-conductor-rs/venv-magnum-22.0.0}"
+PY22_REQS="magnum==22.0.0 PyMySQL==1.2.4"
 
 log() { echo "[setup] $*" >&2; }
 SUDO=""
@@ -40,14 +43,18 @@ if ! mariadb -uroot -e 'select 1' >/dev/null 2>&1; then
   for _ in $(seq 1 60); do mariadb -uroot -e 'select 1' >/dev/null 2>&1 && break; sleep 1; done
 fi
 
-stamp="$VENV/.requirements"
-if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$PY_REQS" ]; then
-  log "creating the Python venv at $VENV ($PY_REQS)"
-  rm -rf "$VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --upgrade pip >/dev/null
-  # shellcheck disable=SC2086
-  "$VENV/bin/pip" install -q $PY_REQS >/dev/null
-  echo "$PY_REQS" > "$stamp"
-fi
-echo "export MAGNUM_VENV=$VENV"
+make_venv() {  # make_venv DIR "REQS": (re)create when missing or its requirements changed
+  local dir="$1" reqs="$2" stamp="$1/.requirements"
+  if [ ! -x "$dir/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$reqs" ]; then
+    log "creating the Python venv at $dir ($reqs)"
+    rm -rf "$dir"
+    python3 -m venv "$dir"
+    "$dir/bin/pip" install -q --upgrade pip >/dev/null
+    # shellcheck disable=SC2086
+    "$dir/bin/pip" install -q $reqs >/dev/null
+    echo "$reqs" > "$stamp"
+  fi
+}
+make_venv "$VENV" "$PY_REQS"
+make_venv "$VENV22" "$PY22_REQS"
+echo "export MAGNUM_VENV=$VENV MAGNUM22_VENV=$VENV22"

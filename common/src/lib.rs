@@ -2,7 +2,9 @@
 //! ([`config`]), oslo.messaging transport URLs ([`transport_url`]), Magnum's
 //! short ids ([`short_id`]) and a [`secret::Secret`] string that never prints.
 
+pub mod certs;
 pub mod config;
+pub mod db;
 pub mod secret;
 pub mod short_id;
 pub mod transport_url;

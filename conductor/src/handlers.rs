@@ -84,6 +84,84 @@ impl Handlers for BaseHandlers {
     }
 }
 
+/// The conductor's handlers: the database-backed ones implemented so far,
+/// [`BaseHandlers`] for the rest.
+#[derive(Clone)]
+pub struct ConductorHandlers {
+    pub db: common::db::Db,
+    pub x509: common::config::X509Opts,
+    /// The cluster lifecycle, when a management cluster is configured.
+    pub lifecycle: Option<crate::lifecycle::Engine>,
+}
+
+fn no_management_cluster(method: &str) -> Outcome {
+    Outcome::Failure(RemoteFailure::not_supported(&format!(
+        "{method} (this conductor has no management cluster: set [capi] kubeconfig)"
+    )))
+}
+
+impl Handlers for ConductorHandlers {
+    async fn handle(&self, mut req: HandlerRequest) -> Outcome {
+        match req.request {
+            ConductorRequest::ClusterCreate {
+                cluster,
+                master_count,
+                node_count,
+                create_timeout,
+            } => match &self.lifecycle {
+                Some(l) => {
+                    l.cluster_create(
+                        &req.context,
+                        cluster,
+                        master_count,
+                        node_count,
+                        create_timeout,
+                        &mut req.durable,
+                    )
+                    .await
+                }
+                None => no_management_cluster("cluster_create"),
+            },
+            ConductorRequest::ClusterDelete { uuid } => match &self.lifecycle {
+                Some(l) => {
+                    l.cluster_delete(&req.context, &uuid, &mut req.durable)
+                        .await
+                }
+                None => no_management_cluster("cluster_delete"),
+            },
+            ConductorRequest::GetCaCertificate {
+                cluster,
+                ca_cert_type,
+            } => {
+                crate::ca::get_ca_certificate(
+                    &self.db,
+                    &req.context,
+                    &cluster,
+                    ca_cert_type.as_deref(),
+                )
+                .await
+            }
+            ConductorRequest::SignCertificate {
+                cluster,
+                certificate,
+            } => {
+                crate::ca::sign_certificate(
+                    &self.db,
+                    &self.x509,
+                    &req.context,
+                    &cluster,
+                    certificate,
+                )
+                .await
+            }
+            ConductorRequest::RotateCaCertificate { cluster } => {
+                crate::ca::rotate_ca_certificate(&cluster)
+            }
+            other => BaseHandlers::base_outcome(&other),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

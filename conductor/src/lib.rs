@@ -6,14 +6,19 @@
 //! - [`server`]: the receive → decode → dispatch → reply → ack loop, with
 //!   reconnects and graceful shutdown; [`reply`] sends replies;
 //!   [`dedup`] remembers `_unique_id`s;
-//! - [`handlers`]: the interface handlers implement, and this milestone's ones;
+//! - [`handlers`]: the interface handlers implement, and the ones so far;
+//!   [`ca`]: the certificate RPCs;
 //! - [`metrics`] and [`http`]: Prometheus metrics, health and readiness.
 
 pub mod amqp;
+pub mod ca;
+pub mod capi;
 pub mod dedup;
 pub mod handlers;
 pub mod http;
+pub mod lifecycle;
 pub mod metrics;
+pub mod mgmt;
 pub mod reply;
 pub mod server;
 pub mod topology;

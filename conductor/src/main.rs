@@ -4,9 +4,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use common::config::Config;
-use conductor::handlers::BaseHandlers;
+use common::db::{self, Db};
+use conductor::handlers::ConductorHandlers;
 use conductor::metrics::Metrics;
 use conductor::server::{Health, RpcServer};
 
@@ -20,6 +21,21 @@ struct Args {
     /// Directory of `*.conf` files read after the config files, in sorted order.
     #[arg(long = "config-dir", value_name = "DIR")]
     config_dir: Vec<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Build Magnum's schema in an EMPTY database from `migrations/` (tests,
+    /// demo, fresh installs). Production schemas belong to
+    /// `magnum-db-manage upgrade`; this refuses any database with tables.
+    DbCreate {
+        /// Alembic revision to build: b3e1cf4a2d5e (Magnum 23.0) or
+        /// c0f832afc4fd (Magnum 18-22).
+        #[arg(long, default_value = db::schema::REV_23)]
+        revision: String,
+    },
 }
 
 fn init_logging(debug: bool) {
@@ -93,10 +109,113 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(run(cfg))
+    match args.command {
+        Some(Command::DbCreate { revision }) => runtime.block_on(db_create(cfg, revision)),
+        None => runtime.block_on(run(cfg)),
+    }
+}
+
+async fn db_create(cfg: Config, revision: String) -> ExitCode {
+    let url = match db::DbUrl::parse(cfg.database.connection.expose()) {
+        Ok(u) => u,
+        Err(e) => {
+            eprintln!("magnum-conductor: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let pool = match sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect_with(url.connect_options())
+        .await
+    {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!(
+                "magnum-conductor: cannot connect to {}: {e}",
+                url.redacted()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    match db::schema::create_fresh(&pool, &revision).await {
+        Ok(()) => {
+            println!("created Magnum schema {revision} in {}", url.redacted());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("magnum-conductor: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The `magnum_service` heartbeat: at start, then every
+/// `[DEFAULT] periodic_interval_max` seconds.
+async fn heartbeat_loop(db: Db, host: Option<String>, every: u64, metrics: Metrics) {
+    let mut hb = db::service::Heartbeat::new(host);
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(every.max(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match hb.beat(&db).await {
+            Ok(_) => metrics.db_heartbeats.with_label_values(&["ok"]).inc(),
+            Err(e) => {
+                metrics.db_heartbeats.with_label_values(&["error"]).inc();
+                tracing::warn!(error = %e, "magnum_service heartbeat failed");
+            }
+        }
+    }
+}
+
+/// The management cluster and the cluster lifecycle on it. With `[capi]
+/// kubeconfig` set it is required (exit 2 when unusable); without, the
+/// usual kubeconfig inference is tried and, failing that, the conductor
+/// runs without it (cluster operations answer NotSupported).
+async fn start_lifecycle(
+    cfg: &Config,
+    db: &Db,
+    metrics: &Metrics,
+) -> Result<Option<conductor::lifecycle::Engine>, ExitCode> {
+    let required = cfg.capi.kubeconfig.is_some();
+    let connected = async {
+        let client = conductor::mgmt::client(&cfg.capi).await?;
+        let line = conductor::mgmt::detect_line(&client, cfg.capi.api_version).await?;
+        Ok::<_, conductor::mgmt::MgmtError>((client, line))
+    }
+    .await;
+    let (client, line) = match connected {
+        Ok(c) => c,
+        Err(e) if required => {
+            eprintln!("magnum-conductor: {e}");
+            tracing::error!(error = %e, "management cluster unusable, exiting");
+            return Err(ExitCode::from(2));
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "no management cluster: cluster operations are disabled (set [capi] kubeconfig)");
+            return Ok(None);
+        }
+    };
+    tracing::info!(line = ?line, "management cluster connected");
+    let credentials = conductor::lifecycle::credentials::Credentials::from_opts(&cfg.capi);
+    Ok(Some(
+        conductor::lifecycle::Engine::start(
+            db.clone(),
+            cfg.x509.clone(),
+            cfg.capi.clone(),
+            client,
+            line,
+            credentials,
+            metrics.clone(),
+        )
+        .await,
+    ))
 }
 
 async fn run(cfg: Config) -> ExitCode {
+    if let Err(e) = cfg.cert_manager.check() {
+        eprintln!("magnum-conductor: {e}");
+        return ExitCode::from(2);
+    }
     let cfg = Arc::new(cfg);
     let server_id = common::short_id::generate_id();
     let metrics = Metrics::new();
@@ -119,14 +238,39 @@ async fn run(cfg: Config) -> ExitCode {
             }
         }
     }
+    let database = match Db::connect(&cfg.database).await {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("magnum-conductor: {e}");
+            tracing::error!(error = %e, "database unusable, exiting");
+            return ExitCode::FAILURE;
+        }
+    };
+    tracing::info!(revision = %database.schema.revision, trust_columns = database.schema.has_trust_columns, node_labels = database.schema.has_node_labels, "database schema accepted");
+    let heartbeat = tokio::spawn(heartbeat_loop(
+        database.clone(),
+        cfg.default.host.clone(),
+        cfg.default.periodic_interval_max,
+        metrics.clone(),
+    ));
+    let lifecycle = match start_lifecycle(&cfg, &database, &metrics).await {
+        Ok(l) => l,
+        Err(code) => return code,
+    };
     let server = RpcServer::new(
         cfg.clone(),
         server_id,
-        Arc::new(BaseHandlers),
+        Arc::new(ConductorHandlers {
+            db: database.clone(),
+            x509: cfg.x509.clone(),
+            lifecycle,
+        }),
         metrics,
         health,
     );
     server.run(shutdown_signal()).await;
+    heartbeat.abort();
+    database.pool.close().await;
     tracing::info!("magnum-conductor stopped");
     ExitCode::SUCCESS
 }

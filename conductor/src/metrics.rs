@@ -34,6 +34,19 @@ pub struct Metrics {
     pub build_info: IntGaugeVec,
     /// Time to decode an AMQP body into a request.
     pub decode_duration: Histogram,
+    /// `magnum_service` heartbeats, by outcome (`ok`, `error`).
+    pub db_heartbeats: IntCounterVec,
+    /// Cluster operations, by operation (`create`, `delete`) and outcome
+    /// (`started`, `failed`, `resumed`, `complete`).
+    pub cluster_operations: IntCounterVec,
+    /// Passes of the status worker that wrote to the DB.
+    pub status_writes: IntCounter,
+    /// Passes of the status worker that failed (retried at the next event or resync).
+    pub status_errors: IntCounter,
+    /// Watch events received, by kind.
+    pub watch_events: IntCounterVec,
+    /// Watch errors (the watch retries with backoff), by kind.
+    pub watch_errors: IntCounterVec,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> T {
@@ -155,6 +168,51 @@ impl Metrics {
                     ]),
                 )
                 .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            db_heartbeats: reg(
+                &registry,
+                counter_vec(
+                    "db_heartbeats_total",
+                    "magnum_service heartbeats written.",
+                    &["outcome"],
+                ),
+            ),
+            cluster_operations: reg(
+                &registry,
+                counter_vec(
+                    "cluster_operations_total",
+                    "Cluster operations, by operation and outcome.",
+                    &["operation", "outcome"],
+                ),
+            ),
+            status_writes: reg(
+                &registry,
+                IntCounter::new(
+                    "status_writes_total",
+                    "Status passes that changed Magnum rows.",
+                )
+                .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            status_errors: reg(
+                &registry,
+                IntCounter::new("status_errors_total", "Status passes that failed.")
+                    .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            watch_events: reg(
+                &registry,
+                counter_vec(
+                    "watch_events_total",
+                    "Management-cluster watch events, by kind.",
+                    &["kind"],
+                ),
+            ),
+            watch_errors: reg(
+                &registry,
+                counter_vec(
+                    "watch_errors_total",
+                    "Management-cluster watch errors, by kind.",
+                    &["kind"],
+                ),
             ),
             registry,
         };

@@ -1,5 +1,7 @@
-"""Shared fixtures: a broker vhost per test module, our conductor and the
-real Python magnum-conductor as subprocesses, and Magnum's own RPC client."""
+"""Shared fixtures: a broker vhost per test module, MariaDB databases with
+Magnum's schema, our conductor and the real Python magnum-conductor as
+subprocesses, and Magnum's own RPC client."""
+import atexit
 import json
 import os
 import signal
@@ -17,7 +19,9 @@ warnings.simplefilter("ignore")
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CONDUCTOR_BIN = os.environ.get("MAGNUM_CONDUCTOR_BIN", os.path.join(ROOT, "target", "debug", "magnum-conductor"))
-VENV_BIN = os.path.dirname(os.path.realpath(__import__("sys").executable))
+VENV22_BIN = os.path.join(os.environ.get("MAGNUM22_VENV", os.path.expanduser(
+    "~/.cache/magnum-conductor-rs/venv-magnum-22.0.0")), "bin")
+VENV_BIN = os.path.join(__import__("sys").prefix, "bin")  # the venv, not the interpreter it links to
 
 
 def rabbitmqctl(*args):
@@ -38,13 +42,69 @@ def free_port():
         return s.getsockname()[1]
 
 
-def write_conf(path, vhost, extra_default="", rabbit="", extra=""):
+DB_SERVER = os.environ.get("MC_TEST_DB_SERVER", "mysql+pymysql://root@127.0.0.1:3306")
+_databases = []
+
+
+def mysql_admin():
+    import pymysql
+
+    return pymysql.connect(host="127.0.0.1", port=3306, user="root", password="", autocommit=True)
+
+
+def new_database(prefix, build="rust", revision="b3e1cf4a2d5e"):
+    """A fresh MariaDB database with Magnum's schema, built by our
+    `magnum-conductor db-create` (build="rust"), by Magnum 23.0.0's own
+    `magnum-db-manage upgrade` (build="magnum") or Magnum 22.0.0's
+    (build="magnum22"). Dropped when the test process exits."""
+    name = f"mc_{prefix}_{uuid.uuid4().hex[:8]}"
+    with mysql_admin() as c, c.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{name}`")
+    _databases.append(name)
+    url = f"{DB_SERVER}/{name}?charset=utf8"
+    with tempfile.NamedTemporaryFile("w", suffix=".conf", delete=False) as f:
+        f.write(f"[database]\nconnection = {url}\n")
+    try:
+        if build == "rust":
+            cmd = [CONDUCTOR_BIN, "--config-file", f.name, "db-create", "--revision", revision]
+        else:
+            venv = VENV22_BIN if build == "magnum22" else VENV_BIN
+            cmd = [os.path.join(venv, "magnum-db-manage"), "--config-file", f.name, "upgrade", revision]
+        subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
+    finally:
+        os.unlink(f.name)
+    return url
+
+
+@atexit.register
+def _drop_databases():
+    if not _databases:
+        return
+    try:
+        with mysql_admin() as c, c.cursor() as cur:
+            for name in _databases:
+                cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    except Exception:
+        pass
+
+
+_session_db = []
+
+
+def session_db_url():
+    if not _session_db:
+        _session_db.append(new_database("session"))
+    return _session_db[0]
+
+
+def write_conf(path, vhost, extra_default="", rabbit="", extra="", db_url=None):
     with open(path, "w") as f:
         f.write(
             f"[DEFAULT]\ntransport_url = rabbit://guest:guest@127.0.0.1:5672/{vhost}\n"
             f"rpc_response_timeout = 15\nhost = test-host\n{extra_default}\n"
             f"[conductor]\nworkers = 1\n"
-            f"[database]\nconnection = sqlite:///{os.path.dirname(path)}/magnum.sqlite\n"
+            f"[database]\nconnection = {db_url or session_db_url()}\n"
+            f"[certificates]\ncert_manager_type = x509keypair\n"
             f"[oslo_messaging_rabbit]\n{rabbit}\n{extra}\n"
         )
 
@@ -90,6 +150,36 @@ class Conductor:
                 self.proc.kill()
         self.log.close()
         return self.proc.returncode
+
+
+def wait_for_consumers(vhost, expected, timeout=90):
+    """Wait until the vhost's channels hold `expected` consumers. Counted per
+    channel because RabbitMQ 3.10's list_consumers leaves stream consumers out."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        rows = [r.split("\t") for r in rabbitmqctl("list_channels", "vhost", "consumer_count").splitlines()[1:]]
+        if sum(int(n) for v, n in rows if v == vhost) >= expected:
+            time.sleep(1)  # let any last declaration land
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{expected} consumers never appeared in {vhost}")
+
+
+class PythonConductor:
+    """The real Python magnum-conductor from the venv, in its own process group."""
+
+    def __init__(self, conf, log_path):
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen([os.path.join(VENV_BIN, "magnum-conductor"), "--config-file", conf],
+                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def stop(self):
+        # Its oslo.service master does not always act on SIGTERM quickly; what
+        # it leaves on the broker is the same either way, so kill the group.
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        self.log.close()
 
 
 def start_conductor(tmpdir, vhost, rabbit="", extra_default=""):

@@ -46,6 +46,8 @@ pub struct DefaultOpts {
     pub rpc_ping_enabled: bool,
     /// Concurrency of RPC handling (`executor_thread_pool_size`).
     pub executor_thread_pool_size: usize,
+    /// Seconds between service heartbeats (oslo.service's periodic default).
+    pub periodic_interval_max: u64,
 }
 
 /// `[conductor]` options.
@@ -106,10 +108,131 @@ pub struct MetricsOpts {
     pub listen: Option<SocketAddr>,
 }
 
+/// `[database]` (oslo.db options; the connection is a secret).
+#[derive(Debug, Clone)]
+pub struct DatabaseOpts {
+    pub connection: Secret,
+    pub max_pool_size: u32,
+    pub max_overflow: u32,
+    /// Seconds to wait for a pooled connection.
+    pub pool_timeout: u64,
+    pub connection_recycle_time: u64,
+    /// Connection attempts at startup (-1: forever).
+    pub max_retries: i64,
+    pub retry_interval: u64,
+    /// Deadlock retries of one transaction.
+    pub db_max_retries: usize,
+    pub db_retry_interval: f64,
+    pub db_inc_retry_interval: bool,
+    pub db_max_retry_interval: f64,
+}
+
+/// `[x509]` (magnum/conf/x509.py).
+#[derive(Debug, Clone, PartialEq)]
+pub struct X509Opts {
+    pub allow_ca: bool,
+    pub allowed_extensions: Vec<String>,
+    pub allowed_key_usage: Vec<String>,
+    /// Days.
+    pub term_of_validity: i64,
+    pub rsa_key_size: u32,
+}
+
+impl Default for X509Opts {
+    fn default() -> Self {
+        X509Opts {
+            allow_ca: false,
+            allowed_extensions: [
+                "keyUsage",
+                "extendedKeyUsage",
+                "subjectAltName",
+                "basicConstraints",
+                "subjectKeyIdentifier",
+            ]
+            .map(String::from)
+            .to_vec(),
+            allowed_key_usage: ["Digital Signature", "Key Encipherment", "Non Repudiation"]
+                .map(String::from)
+                .to_vec(),
+            term_of_validity: 365 * 5,
+            rsa_key_size: 2048,
+        }
+    }
+}
+
+/// `[certificates] cert_manager_type`: where cluster certificates live
+/// (Magnum's default is `barbican`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CertManager {
+    /// The `x509keypair` table: the one this conductor implements.
+    X509Keypair,
+    /// `barbican`, `local` or anything else: refused at startup.
+    Unsupported(String),
+}
+
+impl CertManager {
+    /// The startup check: a clear error for back ends we do not have.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        match self {
+            CertManager::X509Keypair => Ok(()),
+            CertManager::Unsupported(name) => Err(ConfigError::Invalid {
+                group: "certificates",
+                name: "cert_manager_type",
+                reason: format!(
+                    "{name:?} is not supported yet by this conductor; use cert_manager_type = x509keypair"
+                ),
+            }),
+        }
+    }
+}
+
+/// Which CAPI API version to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CapiVersion {
+    /// Detect from the management cluster at startup.
+    Auto,
+    V1beta1,
+    V1beta2,
+}
+
+/// `[capi]` (ours): the management cluster and what we put on it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CapiOpts {
+    /// Path of the management cluster's kubeconfig (empty: `KUBECONFIG`,
+    /// then in-cluster).
+    pub kubeconfig: Option<String>,
+    /// Namespace per project: `<prefix><project_id>`.
+    pub namespace_prefix: String,
+    pub api_version: CapiVersion,
+    /// Addon charts: (repository, chart, version) per addon.
+    pub calico_chart: (String, String, String),
+    pub cilium_chart: (String, String, String),
+    pub occm_chart: (String, String, String),
+    pub cinder_csi_chart: (String, String, String),
+    /// Seconds between full status resyncs (the safety net behind watches).
+    pub resync_interval: u64,
+    /// clouds.yaml `interface` for clusters' credentials.
+    pub credentials_interface: String,
+    /// clouds.yaml `verify`.
+    pub verify_ca: bool,
+    /// A CA bundle for the cloud's endpoints, given to clusters.
+    pub ca_file: Option<String>,
+    /// A shared application credential (test and demo deployments only,
+    /// until per-cluster Keystone application credentials exist).
+    pub static_auth_url: Option<String>,
+    pub static_region: Option<String>,
+    pub static_application_credential_id: Option<String>,
+    pub static_application_credential_secret: Secret,
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub default: DefaultOpts,
+    pub database: DatabaseOpts,
+    pub x509: X509Opts,
+    pub cert_manager: CertManager,
+    pub capi: CapiOpts,
     pub conductor: ConductorOpts,
     pub rabbit: RabbitOpts,
     pub metrics: MetricsOpts,
@@ -129,6 +252,23 @@ const KNOWN: &[(&str, &[&str])] = &[
             "debug",
             "rpc_ping_enabled",
             "executor_thread_pool_size",
+            "periodic_interval_max",
+        ],
+    ),
+    (
+        "database",
+        &[
+            "connection",
+            "max_pool_size",
+            "max_overflow",
+            "pool_timeout",
+            "connection_recycle_time",
+            "max_retries",
+            "retry_interval",
+            "db_max_retries",
+            "db_retry_interval",
+            "db_inc_retry_interval",
+            "db_max_retry_interval",
         ],
     ),
     ("conductor", &["topic", "max_message_bytes"]),
@@ -169,6 +309,41 @@ const KNOWN: &[(&str, &[&str])] = &[
         ],
     ),
     ("metrics", &["listen"]),
+    (
+        "x509",
+        &[
+            "allow_ca",
+            "allowed_extensions",
+            "allowed_key_usage",
+            "term_of_validity",
+            "rsa_key_size",
+        ],
+    ),
+    ("certificates", &["cert_manager_type"]),
+    (
+        "capi",
+        &[
+            "kubeconfig",
+            "namespace_prefix",
+            "api_version",
+            "calico_chart_repo",
+            "calico_chart_version",
+            "cilium_chart_repo",
+            "cilium_chart_version",
+            "occm_chart_repo",
+            "occm_chart_version",
+            "cinder_csi_chart_repo",
+            "cinder_csi_chart_version",
+            "resync_interval",
+            "credentials_interface",
+            "verify_ca",
+            "ca_file",
+            "static_auth_url",
+            "static_region",
+            "static_application_credential_id",
+            "static_application_credential_secret",
+        ],
+    ),
 ];
 
 fn is_known(group: &str, key: &str) -> bool {
@@ -366,6 +541,14 @@ impl Config {
         Config::from_layered(&layered)
     }
 
+    /// Type the options of one configuration text (tests and tools).
+    pub fn from_text(text: &str) -> Result<Config, ConfigError> {
+        let mut l = Layered::default();
+        l.push_text(std::path::Path::new("<text>"), text)
+            .map_err(LoadError::Parse)?;
+        Config::from_layered(&l)
+    }
+
     /// Type the options of already-loaded files.
     pub fn from_layered(layered: &Layered) -> Result<Config, ConfigError> {
         for (group, key) in layered.keys() {
@@ -393,6 +576,25 @@ impl Config {
                 Some(1),
                 Some(100_000),
             )? as usize,
+            periodic_interval_max: d.int("periodic_interval_max", 60, Some(1), None)? as u64,
+        };
+        let db = Group {
+            layered,
+            name: "database",
+            overrides: None,
+        };
+        let database = DatabaseOpts {
+            connection: Secret::new(db.string("connection", "")),
+            max_pool_size: db.int("max_pool_size", 5, Some(0), Some(10_000))? as u32,
+            max_overflow: db.int("max_overflow", 50, Some(0), Some(10_000))? as u32,
+            pool_timeout: db.int("pool_timeout", 30, Some(1), None)? as u64,
+            connection_recycle_time: db.int("connection_recycle_time", 3600, Some(1), None)? as u64,
+            max_retries: db.int("max_retries", 10, Some(-1), None)?,
+            retry_interval: db.int("retry_interval", 10, Some(0), None)? as u64,
+            db_max_retries: db.int("db_max_retries", 20, Some(0), Some(1000))? as usize,
+            db_retry_interval: db.float("db_retry_interval", 1.0, 0.0)?,
+            db_inc_retry_interval: db.boolean("db_inc_retry_interval", true)?,
+            db_max_retry_interval: db.float("db_max_retry_interval", 10.0, 0.0)?,
         };
         let c = Group {
             layered,
@@ -539,8 +741,150 @@ impl Config {
                 reason: format!("{s:?} is not an address:port"),
             })?),
         };
+        let x = Group {
+            layered,
+            name: "x509",
+            overrides: None,
+        };
+        let list = |name: &'static str, default: Vec<String>, choices: &[&str]| {
+            let Some(raw) = x.raw(name) else {
+                return Ok(default);
+            };
+            let items: Vec<String> = raw
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect();
+            match items.iter().find(|i| !choices.contains(&i.as_str())) {
+                Some(bad) => Err(ConfigError::Invalid {
+                    group: "x509",
+                    name,
+                    reason: format!("{bad:?} is not one of {}", choices.join(", ")),
+                }),
+                None => Ok(items),
+            }
+        };
+        let d509 = X509Opts::default();
+        let x509 = X509Opts {
+            allow_ca: x.boolean("allow_ca", false)?,
+            allowed_extensions: list(
+                "allowed_extensions",
+                d509.allowed_extensions.clone(),
+                &crate::certs::filter::EXTENSION_NAMES
+                    .iter()
+                    .map(|(_, n)| *n)
+                    .collect::<Vec<_>>(),
+            )?,
+            allowed_key_usage: list(
+                "allowed_key_usage",
+                d509.allowed_key_usage.clone(),
+                &crate::certs::filter::KEY_USAGE_NAMES,
+            )?,
+            term_of_validity: x.int("term_of_validity", 365 * 5, Some(1), Some(36500))?,
+            rsa_key_size: {
+                let bits = x.int("rsa_key_size", 2048, None, None)?;
+                if ![2048, 3072, 4096, 8192].contains(&bits) {
+                    return Err(ConfigError::Invalid {
+                        group: "x509",
+                        name: "rsa_key_size",
+                        reason: format!(
+                            "{bits}: this conductor generates 2048, 3072, 4096 or 8192-bit RSA keys"
+                        ),
+                    });
+                }
+                bits as u32
+            },
+        };
+        let cm = Group {
+            layered,
+            name: "certificates",
+            overrides: None,
+        };
+        let cert_manager = match cm.string("cert_manager_type", "barbican").trim() {
+            "x509keypair" => CertManager::X509Keypair,
+            other => CertManager::Unsupported(other.to_string()),
+        };
+        let cp = Group {
+            layered,
+            name: "capi",
+            overrides: None,
+        };
+        let prefix = cp.string("namespace_prefix", "magnum-");
+        if !prefix.is_empty()
+            && !prefix
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        {
+            return Err(ConfigError::Invalid {
+                group: "capi",
+                name: "namespace_prefix",
+                reason: format!("{prefix:?} must be lowercase letters, digits and '-'"),
+            });
+        }
+        let chart = |addon: &'static str, repo: &str, name: &str, version: &str| {
+            let r = match addon {
+                "calico" => ("calico_chart_repo", "calico_chart_version"),
+                "cilium" => ("cilium_chart_repo", "cilium_chart_version"),
+                "occm" => ("occm_chart_repo", "occm_chart_version"),
+                _ => ("cinder_csi_chart_repo", "cinder_csi_chart_version"),
+            };
+            (
+                cp.string(r.0, repo),
+                name.to_string(),
+                cp.string(r.1, version),
+            )
+        };
+        let capi = CapiOpts {
+            kubeconfig: cp.opt_string("kubeconfig"),
+            namespace_prefix: prefix,
+            api_version: match cp.string("api_version", "auto").trim() {
+                "auto" => CapiVersion::Auto,
+                "v1beta1" => CapiVersion::V1beta1,
+                "v1beta2" => CapiVersion::V1beta2,
+                other => {
+                    return Err(ConfigError::Invalid {
+                        group: "capi",
+                        name: "api_version",
+                        reason: format!("{other:?} is not auto, v1beta1 or v1beta2"),
+                    });
+                }
+            },
+            calico_chart: chart(
+                "calico",
+                "https://docs.tigera.io/calico/charts",
+                "tigera-operator",
+                "v3.29.1",
+            ),
+            cilium_chart: chart("cilium", "https://helm.cilium.io/", "cilium", "1.16.5"),
+            occm_chart: chart(
+                "occm",
+                "https://kubernetes.github.io/cloud-provider-openstack",
+                "openstack-cloud-controller-manager",
+                "2.31.1",
+            ),
+            cinder_csi_chart: chart(
+                "cinder_csi",
+                "https://kubernetes.github.io/cloud-provider-openstack",
+                "openstack-cinder-csi",
+                "2.31.2",
+            ),
+            resync_interval: cp.int("resync_interval", 600, Some(30), None)? as u64,
+            credentials_interface: cp.string("credentials_interface", "public"),
+            verify_ca: cp.boolean("verify_ca", true)?,
+            ca_file: cp.opt_string("ca_file"),
+            static_auth_url: cp.opt_string("static_auth_url"),
+            static_region: cp.opt_string("static_region"),
+            static_application_credential_id: cp.opt_string("static_application_credential_id"),
+            static_application_credential_secret: Secret::new(
+                cp.string("static_application_credential_secret", ""),
+            ),
+        };
         Ok(Config {
             default,
+            database,
+            x509,
+            cert_manager,
+            capi,
             conductor,
             rabbit,
             metrics: MetricsOpts { listen },
@@ -583,6 +927,33 @@ mod tests {
         assert_eq!(c.rabbit.kombu_missing_consumer_retry_timeout, 60);
         assert!(c.rabbit.direct_mandatory_flag);
         assert!(c.default.host.is_none());
+    }
+
+    #[test]
+    fn capi_options() {
+        let c = conf("[DEFAULT]\n").unwrap();
+        assert_eq!(c.capi.namespace_prefix, "magnum-");
+        assert_eq!(c.capi.api_version, CapiVersion::Auto);
+        assert_eq!(c.capi.occm_chart.1, "openstack-cloud-controller-manager");
+        let c = conf("[capi]\nkubeconfig = /etc/magnum/mgmt.kubeconfig\napi_version = v1beta2\noccm_chart_repo = https://mirror.local/cpo\n").unwrap();
+        assert_eq!(
+            c.capi.kubeconfig.as_deref(),
+            Some("/etc/magnum/mgmt.kubeconfig")
+        );
+        assert_eq!(c.capi.api_version, CapiVersion::V1beta2);
+        assert_eq!(c.capi.occm_chart.0, "https://mirror.local/cpo");
+        assert!(
+            conf("[capi]\napi_version = v1\n")
+                .unwrap_err()
+                .to_string()
+                .contains("api_version")
+        );
+        assert!(
+            conf("[capi]\nnamespace_prefix = Magnum_\n")
+                .unwrap_err()
+                .to_string()
+                .contains("namespace_prefix")
+        );
     }
 
     #[test]

@@ -1,0 +1,15 @@
+//! Magnum clusters on Cluster API: the pure parts first.
+//!
+//! - [`labels`]: which cluster labels we honour, refuse or ignore;
+//! - [`naming`]: `stack_id`, namespaces and object names;
+//! - [`render`]: the CAPI objects of a cluster, for either CAPI line;
+//! - [`addons`]: CNI, cloud-controller-manager and Cinder CSI as HelmChartProxies;
+//! - [`status`]: what the watched CAPI objects mean for Magnum's rows.
+//!
+//! The I/O that uses them lives in [`crate::lifecycle`].
+
+pub mod addons;
+pub mod labels;
+pub mod naming;
+pub mod render;
+pub mod status;

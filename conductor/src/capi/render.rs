@@ -1,0 +1,339 @@
+//! Magnum cluster -> the CAPI objects that run it (pure).
+//!
+//! Plain CAPI, no ClusterClass: Cluster, OpenStackCluster, a
+//! KubeadmControlPlane with its OpenStackMachineTemplate, and per worker
+//! nodegroup a MachineDeployment with its OpenStackMachineTemplate and
+//! KubeadmConfigTemplate, plus MachineHealthChecks when auto-healing is on.
+//! Machine templates are named by a hash of their spec, so a spec change
+//! rolls machines and an unchanged spec (e.g. after a conductor upgrade)
+//! never does. Objects are written in the stored version of the detected
+//! CAPI line (v1beta1 for CAPI 1.10, v1beta2 for 1.14); CAPO is v1beta1 on
+//! both. Every object passes Strict validation against the real CRDs
+//! (tested).
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use super::labels::Labels;
+use super::naming::object_name;
+
+/// Which CAPI API the management cluster stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CapiLine {
+    V1beta1,
+    V1beta2,
+}
+
+/// A worker nodegroup.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerGroup {
+    /// The Magnum nodegroup name (e.g. `default-worker`).
+    pub name: String,
+    pub flavor: String,
+    pub image: String,
+    pub count: u32,
+    /// `node_labels` (Magnum 23): Kubernetes node labels.
+    pub node_labels: BTreeMap<String, String>,
+    /// `node_taints`: (key, value, effect).
+    pub node_taints: Vec<(String, Option<String>, String)>,
+}
+
+/// Everything the rendering needs, already resolved and validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterInput {
+    pub line: CapiLine,
+    pub stack_id: String,
+    pub namespace: String,
+    pub cluster_uuid: String,
+    pub project_id: String,
+    pub labels: Labels,
+    pub master_image: String,
+    pub master_flavor: String,
+    pub master_count: u32,
+    pub keypair: Option<String>,
+    pub external_network_id: Option<String>,
+    pub fixed_network: Option<String>,
+    pub fixed_subnet: Option<String>,
+    pub dns_nameservers: Vec<String>,
+    pub master_lb_enabled: bool,
+    pub workers: Vec<WorkerGroup>,
+}
+
+pub const UUID_LABEL: &str = "magnum.openstack.org/cluster-uuid";
+pub const PROJECT_LABEL: &str = "magnum.openstack.org/project-id";
+pub const NODEGROUP_LABEL: &str = "magnum.openstack.org/nodegroup";
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
+
+/// FNV-1a over the canonical JSON: stable across builds and Rust versions
+/// (template names must not change when the conductor is upgraded).
+pub fn spec_hash(v: &Value) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in v.to_string().bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{:08x}", h as u32)
+}
+
+impl ClusterInput {
+    fn capi(&self) -> &'static str {
+        match self.line {
+            CapiLine::V1beta1 => "cluster.x-k8s.io/v1beta1",
+            CapiLine::V1beta2 => "cluster.x-k8s.io/v1beta2",
+        }
+    }
+    fn kcp_api(&self) -> &'static str {
+        match self.line {
+            CapiLine::V1beta1 => "controlplane.cluster.x-k8s.io/v1beta1",
+            CapiLine::V1beta2 => "controlplane.cluster.x-k8s.io/v1beta2",
+        }
+    }
+    fn bootstrap_api(&self) -> &'static str {
+        match self.line {
+            CapiLine::V1beta1 => "bootstrap.cluster.x-k8s.io/v1beta1",
+            CapiLine::V1beta2 => "bootstrap.cluster.x-k8s.io/v1beta2",
+        }
+    }
+    fn v2(&self) -> bool {
+        self.line == CapiLine::V1beta2
+    }
+    fn labels(&self, extra: &[(&str, &str)]) -> Value {
+        let mut m = serde_json::Map::new();
+        m.insert(UUID_LABEL.into(), json!(self.cluster_uuid));
+        m.insert(PROJECT_LABEL.into(), json!(self.project_id));
+        m.insert(CLUSTER_NAME_LABEL.into(), json!(self.stack_id));
+        for (k, v) in extra {
+            m.insert((*k).into(), json!(v));
+        }
+        Value::Object(m)
+    }
+    fn meta(&self, name: &str, extra: &[(&str, &str)]) -> Value {
+        json!({"name": name, "namespace": self.namespace, "labels": self.labels(extra)})
+    }
+    /// A reference in the line's shape (v1beta1 ObjectReference, v1beta2 apiGroup).
+    fn reference(&self, api_version: &str, kind: &str, name: &str) -> Value {
+        if self.v2() {
+            let group = api_version.split('/').next().unwrap_or("");
+            json!({"apiGroup": group, "kind": kind, "name": name})
+        } else {
+            json!({"apiVersion": api_version, "kind": kind, "name": name})
+        }
+    }
+    /// kubeadm `extraArgs`: a map in v1beta1, a list of {name, value} in v1beta2.
+    fn args(&self, pairs: &[(&str, &str)]) -> Value {
+        if self.v2() {
+            Value::Array(
+                pairs
+                    .iter()
+                    .map(|(n, v)| json!({"name": n, "value": v}))
+                    .collect(),
+            )
+        } else {
+            Value::Object(
+                pairs
+                    .iter()
+                    .map(|(n, v)| ((*n).to_string(), json!(v)))
+                    .collect(),
+            )
+        }
+    }
+    fn image(&self, image: &str) -> Value {
+        if uuid::Uuid::try_parse(image).is_ok() {
+            json!({"id": image})
+        } else {
+            json!({"filter": {"name": image}})
+        }
+    }
+    fn machine_spec(&self, flavor: &str, image: &str) -> Value {
+        let mut spec = json!({"flavor": flavor, "image": self.image(image)});
+        if let Some(k) = &self.keypair {
+            spec["sshKeyName"] = json!(k);
+        }
+        if let Some(size) = self.labels.boot_volume_size_gb {
+            let mut rv = json!({"sizeGiB": size});
+            if let Some(t) = &self.labels.boot_volume_type {
+                rv["type"] = json!(t);
+            }
+            if let Some(az) = &self.labels.availability_zone {
+                rv["availabilityZone"] = json!({"name": az});
+            }
+            spec["rootVolume"] = rv;
+        }
+        spec
+    }
+    fn node_registration(
+        &self,
+        node_labels: &BTreeMap<String, String>,
+        taints: &[(String, Option<String>, String)],
+    ) -> Value {
+        let labels_arg = node_labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut kubelet: Vec<(&str, &str)> = vec![
+            ("cloud-provider", "external"),
+            ("provider-id", "openstack:///{{ ds.meta_data.uuid }}"),
+        ];
+        if !labels_arg.is_empty() {
+            kubelet.push(("node-labels", &labels_arg));
+        }
+        let mut nr =
+            json!({"name": "{{ local_hostname }}", "kubeletExtraArgs": self.args(&kubelet)});
+        if !taints.is_empty() {
+            nr["taints"] = Value::Array(
+                taints
+                    .iter()
+                    .map(|(k, v, e)| {
+                        let mut t = json!({"key": k, "effect": e});
+                        if let Some(v) = v {
+                            t["value"] = json!(v);
+                        }
+                        t
+                    })
+                    .collect(),
+            );
+        }
+        nr
+    }
+}
+
+/// All objects for one cluster, in creation order (owners first is not
+/// needed: CAPI resolves references when they appear).
+pub fn render(c: &ClusterInput) -> Vec<Value> {
+    let mut out = Vec::new();
+    let s = &c.stack_id;
+    let cp_name = object_name(s, "control-plane");
+    let creds = object_name(s, "cloud-credentials");
+
+    // OpenStackCluster.
+    let mut osc_spec = json!({
+        "identityRef": {"name": creds, "cloudName": "openstack"},
+        "managedSecurityGroups": {"allowAllInClusterTraffic": true},
+        "apiServerLoadBalancer": {"enabled": c.master_lb_enabled, "provider": c.labels.octavia_provider},
+        "disableAPIServerFloatingIP": !c.labels.api_lb_floating_ip,
+    });
+    if !c.labels.api_allowed_cidrs.is_empty() {
+        osc_spec["apiServerLoadBalancer"]["allowedCIDRs"] = json!(c.labels.api_allowed_cidrs);
+    }
+    if let Some(ext) = &c.external_network_id {
+        osc_spec["externalNetwork"] = if uuid::Uuid::try_parse(ext).is_ok() {
+            json!({"id": ext})
+        } else {
+            json!({"filter": {"name": ext}})
+        };
+    }
+    match (&c.fixed_network, &c.fixed_subnet) {
+        (None, None) => {
+            let mut subnet = json!({"cidr": c.labels.node_cidr});
+            if !c.dns_nameservers.is_empty() {
+                subnet["dnsNameservers"] = json!(c.dns_nameservers);
+            }
+            osc_spec["managedSubnets"] = json!([subnet]);
+        }
+        (net, subnet) => {
+            let param = |v: &str| {
+                if uuid::Uuid::try_parse(v).is_ok() {
+                    json!({"id": v})
+                } else {
+                    json!({"filter": {"name": v}})
+                }
+            };
+            if let Some(n) = net {
+                osc_spec["network"] = param(n);
+            }
+            if let Some(sn) = subnet {
+                osc_spec["subnets"] = json!([param(sn)]);
+            }
+        }
+    }
+    out.push(json!({"apiVersion": INFRA, "kind": "OpenStackCluster", "metadata": c.meta(s, &[]), "spec": osc_spec}));
+
+    // Control plane machine template, named by its spec.
+    let cp_machine =
+        json!({"template": {"spec": c.machine_spec(&c.master_flavor, &c.master_image)}});
+    let cp_template = object_name(s, &format!("control-plane-{}", spec_hash(&cp_machine)));
+    out.push(json!({"apiVersion": INFRA, "kind": "OpenStackMachineTemplate", "metadata": c.meta(&cp_template, &[]), "spec": cp_machine}));
+
+    let cloud_args = c.args(&[("cloud-provider", "external")]);
+    let no_labels = BTreeMap::new();
+    let kubeadm = json!({
+        "clusterConfiguration": {"apiServer": {"extraArgs": cloud_args}, "controllerManager": {"extraArgs": cloud_args}},
+        "initConfiguration": {"nodeRegistration": c.node_registration(&no_labels, &[])},
+        "joinConfiguration": {"nodeRegistration": c.node_registration(&no_labels, &[])},
+    });
+    let infra_ref = c.reference(INFRA, "OpenStackMachineTemplate", &cp_template);
+    let machine_template = if c.v2() {
+        json!({"spec": {"infrastructureRef": infra_ref}})
+    } else {
+        json!({"infrastructureRef": infra_ref})
+    };
+    out.push(json!({"apiVersion": c.kcp_api(), "kind": "KubeadmControlPlane", "metadata": c.meta(&cp_name, &[]),
+        "spec": {"replicas": c.master_count, "version": c.labels.kube_version, "machineTemplate": machine_template, "kubeadmConfigSpec": kubeadm}}));
+
+    // Cluster.
+    let mut network = json!({"pods": {"cidrBlocks": [c.labels.pod_cidr]}, "services": {"cidrBlocks": [c.labels.service_cidr]},
+                             "serviceDomain": c.labels.dns_domain});
+    if c.v2() {
+        network["apiServerPort"] = json!(6443);
+    }
+    out.push(
+        json!({"apiVersion": c.capi(), "kind": "Cluster", "metadata": c.meta(s, &[]),
+        "spec": {"clusterNetwork": network,
+                 "infrastructureRef": c.reference(INFRA, "OpenStackCluster", s),
+                 "controlPlaneRef": c.reference(c.kcp_api(), "KubeadmControlPlane", &cp_name)}}),
+    );
+
+    // Workers.
+    for ng in &c.workers {
+        let ng_name = object_name(s, &ng.name);
+        let machine = json!({"template": {"spec": c.machine_spec(&ng.flavor, &ng.image)}});
+        let mt = object_name(s, &format!("{}-{}", ng.name, spec_hash(&machine)));
+        out.push(json!({"apiVersion": INFRA, "kind": "OpenStackMachineTemplate", "metadata": c.meta(&mt, &[(NODEGROUP_LABEL, &ng.name)]), "spec": machine}));
+        let bootstrap = json!({"template": {"spec": {"joinConfiguration": {"nodeRegistration": c.node_registration(&ng.node_labels, &ng.node_taints)}}}});
+        let bt = object_name(s, &format!("{}-{}", ng.name, spec_hash(&bootstrap)));
+        out.push(json!({"apiVersion": c.bootstrap_api(), "kind": "KubeadmConfigTemplate", "metadata": c.meta(&bt, &[(NODEGROUP_LABEL, &ng.name)]), "spec": bootstrap}));
+        let mut template_spec = json!({"clusterName": s, "version": c.labels.kube_version,
+            "bootstrap": {"configRef": c.reference(c.bootstrap_api(), "KubeadmConfigTemplate", &bt)},
+            "infrastructureRef": c.reference(INFRA, "OpenStackMachineTemplate", &mt)});
+        if let Some(az) = &c.labels.availability_zone {
+            template_spec["failureDomain"] = json!(az);
+        }
+        let selector = json!({"matchLabels": {CLUSTER_NAME_LABEL: s, NODEGROUP_LABEL: ng.name}});
+        out.push(json!({"apiVersion": c.capi(), "kind": "MachineDeployment", "metadata": c.meta(&ng_name, &[(NODEGROUP_LABEL, &ng.name)]),
+            "spec": {"clusterName": s, "replicas": ng.count, "selector": selector,
+                     "template": {"metadata": {"labels": c.labels(&[(NODEGROUP_LABEL, &ng.name)])}, "spec": template_spec}}}));
+        if c.labels.auto_healing {
+            out.push(mhc(
+                c,
+                &ng_name,
+                json!({"matchLabels": {CLUSTER_NAME_LABEL: s, NODEGROUP_LABEL: ng.name}}),
+            ));
+        }
+    }
+    if c.labels.auto_healing {
+        out.push(mhc(
+            c,
+            &cp_name,
+            json!({"matchLabels": {CLUSTER_NAME_LABEL: s, "cluster.x-k8s.io/control-plane": ""}}),
+        ));
+    }
+    out
+}
+
+fn mhc(c: &ClusterInput, name: &str, selector: Value) -> Value {
+    let spec = if c.v2() {
+        json!({"clusterName": c.stack_id, "selector": selector,
+               "checks": {"nodeStartupTimeoutSeconds": 1200, "unhealthyNodeConditions": [
+                   {"type": "Ready", "status": "Unknown", "timeoutSeconds": 300},
+                   {"type": "Ready", "status": "False", "timeoutSeconds": 300}]}})
+    } else {
+        json!({"clusterName": c.stack_id, "selector": selector, "maxUnhealthy": "100%", "nodeStartupTimeout": "20m",
+               "unhealthyConditions": [
+                   {"type": "Ready", "status": "Unknown", "timeout": "300s"},
+                   {"type": "Ready", "status": "False", "timeout": "300s"}]})
+    };
+    json!({"apiVersion": c.capi(), "kind": "MachineHealthCheck", "metadata": c.meta(name, &[]), "spec": spec})
+}

@@ -1,0 +1,358 @@
+//! The rows `cluster_create` inserts, and the rows -> rendering input
+//! (pure). Follows Magnum's `cluster_conductor.cluster_create` and
+//! `conductor.utils._get_nodegroup_object` field by field.
+
+use std::collections::BTreeMap;
+
+use rpc_schema::ovo::{self, MagnumObject};
+use serde_json::{Value, json};
+
+use crate::capi::labels;
+use crate::capi::naming;
+use crate::capi::render::{CapiLine, ClusterInput, WorkerGroup};
+
+pub const CREATE_IN_PROGRESS: &str = "CREATE_IN_PROGRESS";
+
+fn set(o: &mut MagnumObject, field: &str, v: Value) -> Result<(), String> {
+    o.set(field, v).map_err(|e| e.to_string())
+}
+
+/// The cluster as the conductor inserts it: the API's fields, status
+/// CREATE_IN_PROGRESS, status_reason None (step 1 of Magnum's create).
+pub fn new_cluster_row(cast: &MagnumObject) -> Result<MagnumObject, String> {
+    let mut c = cast.clone();
+    set(&mut c, "status", json!(CREATE_IN_PROGRESS))?;
+    set(&mut c, "status_reason", Value::Null)?;
+    Ok(c)
+}
+
+/// Python truthiness of an optional scalar (`a or b`).
+fn or<'a>(a: Option<&'a Value>, b: Option<&'a Value>) -> Value {
+    let truthy = |v: &&Value| match v {
+        Value::Null => false,
+        Value::String(s) => !s.is_empty(),
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::Bool(b) => *b,
+        _ => true,
+    };
+    a.filter(truthy).or(b).cloned().unwrap_or(Value::Null)
+}
+
+/// `_get_nodegroup_object(context, cluster, node_count, is_master)`: the
+/// `default-master` / `default-worker` row. `uuid` is the new row's uuid.
+/// Errors as Magnum's would (`int(labels["min_node_count"])`).
+pub fn default_nodegroup(
+    cluster: &MagnumObject,
+    template: &MagnumObject,
+    node_count: i64,
+    master: bool,
+    uuid: &str,
+) -> Result<MagnumObject, String> {
+    let mut ng = MagnumObject::new(&ovo::NODE_GROUP);
+    set(&mut ng, "uuid", json!(uuid))?;
+    set(&mut ng, "cluster_id", json!(cluster.get_str("uuid")))?;
+    set(&mut ng, "project_id", json!(cluster.get_str("project_id")))?;
+    let labels = cluster
+        .get("labels")
+        .filter(|l| l.is_object())
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    set(&mut ng, "labels", labels)?;
+    set(&mut ng, "node_count", json!(node_count))?;
+    set(
+        &mut ng,
+        "image_id",
+        template.get("image_id").cloned().unwrap_or(Value::Null),
+    )?;
+    set(
+        &mut ng,
+        "docker_volume_size",
+        or(
+            cluster.get("docker_volume_size"),
+            template.get("docker_volume_size"),
+        ),
+    )?;
+    if master {
+        set(
+            &mut ng,
+            "flavor_id",
+            or(
+                cluster.get("master_flavor_id"),
+                template.get("master_flavor_id"),
+            ),
+        )?;
+        set(&mut ng, "role", json!("master"))?;
+    } else {
+        set(
+            &mut ng,
+            "flavor_id",
+            or(cluster.get("flavor_id"), template.get("flavor_id")),
+        )?;
+        set(&mut ng, "role", json!("worker"))?;
+        if let Some(v) = cluster.get("labels").and_then(|l| l.get("min_node_count")) {
+            let s = v.as_str().unwrap_or_default();
+            let n: i64 = s.trim().parse().map_err(|_| {
+                format!("invalid literal for int() with base 10: '{s}' (label min_node_count)")
+            })?;
+            set(&mut ng, "min_node_count", json!(n))?;
+        }
+    }
+    set(
+        &mut ng,
+        "name",
+        json!(if master {
+            "default-master"
+        } else {
+            "default-worker"
+        }),
+    )?;
+    set(&mut ng, "is_default", json!(true))?;
+    set(&mut ng, "status", json!(CREATE_IN_PROGRESS))?;
+    Ok(ng)
+}
+
+fn dict(v: Option<&Value>) -> BTreeMap<String, String> {
+    v.and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| {
+                    let s = match v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    (k.clone(), s)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn opt(o: &MagnumObject, field: &str) -> Option<String> {
+    o.get_str(field)
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+}
+
+/// Rendering input from the rows. Errors are the `status_reason` of a
+/// failed create: they name the field or label that cannot be honoured.
+pub fn cluster_input(
+    line: CapiLine,
+    namespace_prefix: &str,
+    cluster: &MagnumObject,
+    template: &MagnumObject,
+    nodegroups: &[MagnumObject],
+) -> Result<(ClusterInput, String), String> {
+    let uuid = opt(cluster, "uuid").ok_or("cluster without uuid")?;
+    let project_id = opt(cluster, "project_id").ok_or("cluster without project_id")?;
+    let stack_id = opt(cluster, "stack_id").ok_or("cluster without stack_id")?;
+    let network_driver = opt(template, "network_driver").unwrap_or_else(|| "calico".into());
+    if network_driver != "calico" && network_driver != "cilium" {
+        return Err(format!(
+            "network_driver {network_driver:?} is not supported (supported: calico, cilium)"
+        ));
+    }
+    let (labels, warnings) =
+        labels::parse(&dict(cluster.get("labels")), &network_driver).map_err(|e| e.to_string())?;
+    for w in warnings {
+        tracing::warn!(cluster = %uuid, "{w}");
+    }
+    let master = nodegroups
+        .iter()
+        .find(|n| n.get_str("role") == Some("master") && n.get_bool("is_default") == Some(true))
+        .ok_or("cluster without a default-master nodegroup")?;
+    let image = |ng: &MagnumObject| {
+        opt(ng, "image_id")
+            .or_else(|| opt(template, "image_id"))
+            .ok_or_else(|| {
+                format!(
+                    "nodegroup {} has no image",
+                    ng.get_str("name").unwrap_or("?")
+                )
+            })
+    };
+    let flavor = |ng: &MagnumObject| {
+        opt(ng, "flavor_id").ok_or_else(|| {
+            format!(
+                "nodegroup {} has no flavor",
+                ng.get_str("name").unwrap_or("?")
+            )
+        })
+    };
+    let count = |ng: &MagnumObject| -> Result<u32, String> {
+        u32::try_from(ng.get_i64("node_count").unwrap_or(0)).map_err(|_| {
+            format!(
+                "nodegroup {} has a negative node_count",
+                ng.get_str("name").unwrap_or("?")
+            )
+        })
+    };
+    let master_count = count(master)?;
+    if master_count == 0 || master_count % 2 == 0 {
+        return Err(format!(
+            "master_count {master_count} is not supported: the control plane needs an odd number of nodes"
+        ));
+    }
+    let mut workers = Vec::new();
+    for ng in nodegroups
+        .iter()
+        .filter(|n| n.get_str("role") != Some("master"))
+    {
+        let taints = ng
+            .get("node_taints")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .map(|t| {
+                        (
+                            t["key"].as_str().unwrap_or_default().to_string(),
+                            t["value"].as_str().map(str::to_string),
+                            t["effect"].as_str().unwrap_or_default().to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        workers.push(WorkerGroup {
+            name: ng.get_str("name").unwrap_or("default-worker").to_string(),
+            flavor: flavor(ng)?,
+            image: image(ng)?,
+            count: count(ng)?,
+            node_labels: dict(ng.get("node_labels")),
+            node_taints: taints,
+        });
+    }
+    let dns = opt(template, "dns_nameserver")
+        .map(|s| {
+            s.split(',')
+                .map(|x| x.trim().to_string())
+                .filter(|x| !x.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    let input = ClusterInput {
+        line,
+        namespace: naming::namespace(namespace_prefix, &project_id),
+        stack_id,
+        cluster_uuid: uuid,
+        project_id,
+        labels,
+        master_image: image(master)?,
+        master_flavor: flavor(master)?,
+        master_count,
+        keypair: opt(cluster, "keypair").or_else(|| opt(template, "keypair_id")),
+        external_network_id: opt(template, "external_network_id"),
+        fixed_network: opt(cluster, "fixed_network").or_else(|| opt(template, "fixed_network")),
+        fixed_subnet: opt(cluster, "fixed_subnet").or_else(|| opt(template, "fixed_subnet")),
+        dns_nameservers: dns,
+        master_lb_enabled: cluster.get_bool("master_lb_enabled").unwrap_or(false),
+        workers,
+    };
+    Ok((input, network_driver))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(class: &'static ovo::ClassSpec, v: Value) -> MagnumObject {
+        let mut o = MagnumObject::new(class);
+        for (k, v) in v.as_object().unwrap() {
+            o.set(k, v.clone()).unwrap();
+        }
+        o
+    }
+
+    fn template() -> MagnumObject {
+        obj(
+            &ovo::CLUSTER_TEMPLATE,
+            json!({"uuid": "t-1", "image_id": "img", "flavor_id": "m1.small", "master_flavor_id": "m1.medium",
+                   "docker_volume_size": 20, "network_driver": "calico", "external_network_id": "public",
+                   "dns_nameserver": "8.8.8.8", "keypair_id": "tkey"}),
+        )
+    }
+
+    fn cluster(labels: Value) -> MagnumObject {
+        obj(
+            &ovo::CLUSTER,
+            json!({"uuid": "5b7c6a52-6f3e-4b8a-9d3e-0f6a1b2c3d4e", "name": "k8s", "project_id": "p1", "user_id": "u1",
+                   "cluster_template_id": "t-1", "labels": labels, "docker_volume_size": 0,
+                   "master_flavor_id": null, "flavor_id": "m1.large", "master_lb_enabled": true,
+                   "status": "CREATE_FAILED", "status_reason": "old"}),
+        )
+    }
+
+    #[test]
+    fn rows_follow_magnum() {
+        let c = new_cluster_row(&cluster(json!({"kube_tag": "v1.30.4"}))).unwrap();
+        assert_eq!(c.get_str("status"), Some(CREATE_IN_PROGRESS));
+        assert_eq!(c.get("status_reason"), Some(&Value::Null));
+        let t = template();
+        let m = default_nodegroup(&c, &t, 3, true, "m-uuid").unwrap();
+        assert_eq!(m.get_str("name"), Some("default-master"));
+        assert_eq!(m.get_str("role"), Some("master"));
+        assert_eq!(
+            m.get_str("flavor_id"),
+            Some("m1.medium"),
+            "template's, cluster's is None"
+        );
+        assert_eq!(
+            m.get_i64("docker_volume_size"),
+            Some(20),
+            "0 is falsy: template's"
+        );
+        assert_eq!(m.get_i64("node_count"), Some(3));
+        assert_eq!(m.get_bool("is_default"), Some(true));
+        assert!(!m.is_set("min_node_count") && !m.is_set("stack_id"));
+        assert_eq!(m.get("labels"), Some(&json!({"kube_tag": "v1.30.4"})));
+        let w = default_nodegroup(&c, &t, 2, false, "w-uuid").unwrap();
+        assert_eq!(w.get_str("flavor_id"), Some("m1.large"));
+        assert_eq!(w.get_str("cluster_id"), c.get_str("uuid"));
+        assert!(!w.is_set("min_node_count"));
+        let c2 = cluster(json!({"min_node_count": "1"}));
+        let w = default_nodegroup(&c2, &t, 2, false, "w").unwrap();
+        assert_eq!(w.get_i64("min_node_count"), Some(1));
+        let bad = cluster(json!({"min_node_count": "x"}));
+        assert!(default_nodegroup(&bad, &t, 2, false, "w").is_err());
+        assert!(
+            default_nodegroup(&bad, &t, 2, true, "m").is_ok(),
+            "only the worker reads it"
+        );
+    }
+
+    #[test]
+    fn input_from_rows_and_reasons() {
+        let mut c = new_cluster_row(&cluster(json!({"kube_tag": "v1.30.4"}))).unwrap();
+        c.set("stack_id", json!("k8s-abcdefghijkl")).unwrap();
+        let t = template();
+        let ngs = vec![
+            default_nodegroup(&c, &t, 3, true, "m").unwrap(),
+            default_nodegroup(&c, &t, 2, false, "w").unwrap(),
+        ];
+        let (i, nd) = cluster_input(CapiLine::V1beta1, "magnum-", &c, &t, &ngs).unwrap();
+        assert_eq!(nd, "calico");
+        assert_eq!(i.namespace, "magnum-p1");
+        assert_eq!((i.master_count, i.master_flavor.as_str()), (3, "m1.medium"));
+        assert_eq!(i.workers.len(), 1);
+        assert_eq!(i.workers[0].flavor, "m1.large");
+        assert_eq!(i.keypair.as_deref(), Some("tkey"));
+        assert_eq!(i.dns_nameservers, ["8.8.8.8"]);
+        assert!(i.master_lb_enabled);
+
+        let no_tag = new_cluster_row(&cluster(json!({}))).unwrap();
+        let mut no_tag = no_tag;
+        no_tag.set("stack_id", json!("s")).unwrap();
+        let e = cluster_input(CapiLine::V1beta1, "magnum-", &no_tag, &t, &ngs).unwrap_err();
+        assert!(e.contains("kube_tag"), "{e}");
+        let mut flannel = t.clone();
+        flannel.set("network_driver", json!("flannel")).unwrap();
+        let e = cluster_input(CapiLine::V1beta1, "magnum-", &c, &flannel, &ngs).unwrap_err();
+        assert!(e.contains("flannel"), "{e}");
+        let even = vec![
+            default_nodegroup(&c, &t, 2, true, "m").unwrap(),
+            default_nodegroup(&c, &t, 2, false, "w").unwrap(),
+        ];
+        let e = cluster_input(CapiLine::V1beta1, "magnum-", &c, &t, &even).unwrap_err();
+        assert!(e.contains("odd"), "{e}");
+    }
+}

@@ -1,0 +1,125 @@
+//! The management cluster: one kube client per process, the CAPI line it
+//! stores, and server-side apply of rendered objects (thin I/O adapter).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use common::config::{CapiOpts, CapiVersion};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, ValidationDirective,
+};
+use kube::{Client, Config};
+use serde_json::Value;
+use tokio::sync::Mutex;
+
+use crate::capi::render::CapiLine;
+
+pub const FIELD_MANAGER: &str = "magnum-conductor";
+
+#[derive(Debug, thiserror::Error)]
+pub enum MgmtError {
+    #[error("management cluster configuration: {0}")]
+    Config(String),
+    #[error("management cluster API: {0}")]
+    Api(#[from] kube::Error),
+    #[error("the management cluster does not serve {0}")]
+    NotServed(String),
+    #[error("object without {0}")]
+    Malformed(&'static str),
+}
+
+/// The client for `[capi] kubeconfig` (else `KUBECONFIG`, else in-cluster).
+pub async fn client(opts: &CapiOpts) -> Result<Client, MgmtError> {
+    let config = match &opts.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| MgmtError::Config(format!("{path}: {e}")))?;
+            Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| MgmtError::Config(format!("{path}: {e}")))?
+        }
+        None => Config::infer()
+            .await
+            .map_err(|e| MgmtError::Config(e.to_string()))?,
+    };
+    Client::try_from(config).map_err(MgmtError::Api)
+}
+
+/// The CAPI line to write: as configured, or the preferred (stored)
+/// version of `cluster.x-k8s.io` on the management cluster.
+pub async fn detect_line(client: &Client, configured: CapiVersion) -> Result<CapiLine, MgmtError> {
+    match configured {
+        CapiVersion::V1beta1 => return Ok(CapiLine::V1beta1),
+        CapiVersion::V1beta2 => return Ok(CapiLine::V1beta2),
+        CapiVersion::Auto => {}
+    }
+    let groups = client.list_api_groups().await?;
+    let capi = groups
+        .groups
+        .iter()
+        .find(|g| g.name == "cluster.x-k8s.io")
+        .ok_or_else(|| {
+            MgmtError::NotServed("cluster.x-k8s.io (is Cluster API installed?)".into())
+        })?;
+    let preferred = capi
+        .preferred_version
+        .as_ref()
+        .map(|v| v.version.clone())
+        .or_else(|| capi.versions.first().map(|v| v.version.clone()))
+        .unwrap_or_default();
+    match preferred.as_str() {
+        "v1beta2" => Ok(CapiLine::V1beta2),
+        "v1beta1" => Ok(CapiLine::V1beta1),
+        other => Err(MgmtError::NotServed(format!(
+            "cluster.x-k8s.io/{other} (supported: v1beta1, v1beta2)"
+        ))),
+    }
+}
+
+/// Server-side apply with discovery of each kind's resource (cached).
+#[derive(Clone)]
+pub struct Applier {
+    client: Client,
+    resources: Arc<Mutex<HashMap<(String, String), ApiResource>>>,
+}
+
+impl Applier {
+    pub fn new(client: Client) -> Applier {
+        Applier {
+            client,
+            resources: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    async fn resource(&self, api_version: &str, kind: &str) -> Result<ApiResource, MgmtError> {
+        let key = (api_version.to_string(), kind.to_string());
+        if let Some(r) = self.resources.lock().await.get(&key) {
+            return Ok(r.clone());
+        }
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let (ar, _) = kube::discovery::pinned_kind(&self.client, &gvk).await?;
+        self.resources.lock().await.insert(key, ar.clone());
+        Ok(ar)
+    }
+
+    /// Apply one object (Strict field validation: a typo is an error, not a
+    /// silently pruned field). Returns the object as stored.
+    pub async fn apply(&self, obj: &Value) -> Result<DynamicObject, MgmtError> {
+        let av = obj["apiVersion"]
+            .as_str()
+            .ok_or(MgmtError::Malformed("apiVersion"))?;
+        let kind = obj["kind"].as_str().ok_or(MgmtError::Malformed("kind"))?;
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .ok_or(MgmtError::Malformed("metadata.name"))?;
+        let ar = self.resource(av, kind).await?;
+        let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            None => Api::all_with(self.client.clone(), &ar),
+        };
+        let mut pp = PatchParams::apply(FIELD_MANAGER);
+        pp.field_validation = Some(ValidationDirective::Strict);
+        Ok(api.patch(name, &pp, &Patch::Apply(obj)).await?)
+    }
+}

@@ -1,0 +1,357 @@
+//! The rendered CAPI objects pass Strict validation against the real CRDs
+//! of both release lines, reference each other consistently, and are named
+//! stably.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use capi_sim::resources::{self, Line};
+use capi_sim::validate;
+use conductor::capi::labels;
+use conductor::capi::render::{CapiLine, ClusterInput, WorkerGroup, render};
+use serde_json::Value;
+
+fn input(line: CapiLine, extra: &[(&str, &str)], fixed: bool) -> ClusterInput {
+    let mut l: BTreeMap<String, String> = [
+        ("kube_tag", "v1.30.4"),
+        ("boot_volume_size", "40"),
+        ("boot_volume_type", "ssd"),
+        ("availability_zone", "nova"),
+        ("api_master_lb_allowed_cidrs", "10.0.0.0/8,192.168.0.0/16"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    for (k, v) in extra {
+        l.insert(k.to_string(), v.to_string());
+    }
+    let (labels, _) = labels::parse(&l, "calico").unwrap();
+    ClusterInput {
+        line,
+        stack_id: "k8s-demo-abcdefghijkl".into(),
+        namespace: "magnum-9d3c1b2a4e5f46a7b8c9d0e1f2a3b4c5".into(),
+        cluster_uuid: "5b7c6a52-6f3e-4b8a-9d3e-0f6a1b2c3d4e".into(),
+        project_id: "9d3c1b2a4e5f46a7b8c9d0e1f2a3b4c5".into(),
+        labels,
+        master_image: "ubuntu-2204-kube-v1.30.4".into(),
+        master_flavor: "m1.medium".into(),
+        master_count: 3,
+        keypair: Some("mykey".into()),
+        external_network_id: Some("public".into()),
+        fixed_network: fixed.then(|| "private".into()),
+        fixed_subnet: fixed.then(|| "0f6a1b2c-3d4e-4b8a-9d3e-5b7c6a526f3e".into()),
+        dns_nameservers: vec!["8.8.8.8".into()],
+        master_lb_enabled: true,
+        workers: vec![WorkerGroup {
+            name: "default-worker".into(),
+            flavor: "m1.small".into(),
+            image: "7d3c1b2a-4e5f-46a7-b8c9-d0e1f2a3b4c5".into(),
+            count: 2,
+            node_labels: [("tier".to_string(), "web".to_string())]
+                .into_iter()
+                .collect(),
+            node_taints: vec![("dedicated".into(), Some("gpu".into()), "NoSchedule".into())],
+        }],
+    }
+}
+
+fn schemas(line: Line) -> Vec<resources::Resource> {
+    capi_sim::load_line(
+        &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/crds"),
+        line,
+    )
+    .unwrap()
+}
+
+fn references(v: &Value, out: &mut Vec<(String, String)>) {
+    match v {
+        Value::Object(m) => {
+            if let (Some(k), Some(n)) = (
+                m.get("kind").and_then(Value::as_str),
+                m.get("name").and_then(Value::as_str),
+            ) && (m.contains_key("apiGroup") || m.contains_key("apiVersion"))
+            {
+                out.push((k.to_string(), n.to_string()));
+            }
+            for x in m.values() {
+                references(x, out);
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| references(x, out)),
+        _ => {}
+    }
+}
+
+fn check(line: Line, capi: CapiLine, objects: &[Value]) {
+    let all = schemas(line);
+    for o in objects {
+        let av = o["apiVersion"].as_str().unwrap();
+        let (group, version) = av.rsplit_once('/').unwrap();
+        let kind = o["kind"].as_str().unwrap();
+        let r = all
+            .iter()
+            .find(|r| r.group == group && r.kind == kind)
+            .unwrap_or_else(|| panic!("no CRD for {av} {kind}"));
+        assert_eq!(
+            r.storage_version, version,
+            "{kind} must be written in the stored version ({capi:?})"
+        );
+        let mut copy = o.clone();
+        let report = validate::validate(r.schema(version).unwrap(), &mut copy);
+        assert!(
+            report.unknown.is_empty(),
+            "{kind} ({capi:?}): unknown fields {:?}",
+            report.unknown
+        );
+        assert!(
+            report.causes.is_empty(),
+            "{kind} ({capi:?}): {:?}",
+            report.causes
+        );
+    }
+    // Every reference points at a rendered object.
+    let names: Vec<(String, String)> = objects
+        .iter()
+        .map(|o| {
+            (
+                o["kind"].as_str().unwrap().to_string(),
+                o["metadata"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let mut refs = Vec::new();
+    for o in objects {
+        references(&o["spec"], &mut refs);
+    }
+    assert!(!refs.is_empty());
+    for r in refs {
+        assert!(names.contains(&r), "dangling reference {r:?}");
+    }
+}
+
+#[test]
+fn rendered_objects_are_strict_valid_on_both_lines() {
+    for (line, capi) in [
+        (Line::V1beta1, CapiLine::V1beta1),
+        (Line::V1beta2, CapiLine::V1beta2),
+    ] {
+        for fixed in [false, true] {
+            let objs = render(&input(capi, &[], fixed));
+            let kinds: Vec<&str> = objs.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+            assert_eq!(
+                kinds,
+                [
+                    "OpenStackCluster",
+                    "OpenStackMachineTemplate",
+                    "KubeadmControlPlane",
+                    "Cluster",
+                    "OpenStackMachineTemplate",
+                    "KubeadmConfigTemplate",
+                    "MachineDeployment",
+                    "MachineHealthCheck",
+                    "MachineHealthCheck"
+                ]
+            );
+            check(line, capi, &objs);
+        }
+        let no_heal = render(&input(capi, &[("auto_healing_enabled", "false")], false));
+        assert!(no_heal.iter().all(|o| o["kind"] != "MachineHealthCheck"));
+        check(line, capi, &no_heal);
+    }
+}
+
+#[test]
+fn template_names_follow_their_spec() {
+    let a = render(&input(CapiLine::V1beta1, &[], false));
+    let b = render(&input(CapiLine::V1beta1, &[], false));
+    assert_eq!(a, b, "rendering is deterministic");
+    let mut changed = input(CapiLine::V1beta1, &[], false);
+    changed.workers[0].flavor = "m1.large".into();
+    let c = render(&changed);
+    let name = |objs: &[Value], i: usize| objs[i]["metadata"]["name"].as_str().unwrap().to_string();
+    assert_eq!(name(&a, 1), name(&c, 1), "control plane template unchanged");
+    assert_ne!(
+        name(&a, 4),
+        name(&c, 4),
+        "worker template renamed: machines roll"
+    );
+    assert_eq!(
+        c[6]["spec"]["template"]["spec"]["infrastructureRef"]["name"],
+        name(&c, 4)
+    );
+    // The allowed CIDRs reach CAPO.
+    assert_eq!(
+        a[0]["spec"]["apiServerLoadBalancer"]["allowedCIDRs"][1],
+        "192.168.0.0/16"
+    );
+}
+
+#[test]
+fn the_check_catches_mistakes() {
+    let all = schemas(Line::V1beta2);
+    let objs = render(&input(CapiLine::V1beta2, &[], false));
+    let kcp = objs
+        .iter()
+        .find(|o| o["kind"] == "KubeadmControlPlane")
+        .unwrap();
+    let r = all
+        .iter()
+        .find(|r| r.kind == "KubeadmControlPlane")
+        .unwrap();
+    // A v1beta1-shaped extraArgs map is wrong on v1beta2.
+    let mut wrong = kcp.clone();
+    wrong["spec"]["kubeadmConfigSpec"]["clusterConfiguration"]["apiServer"]["extraArgs"] =
+        serde_json::json!({"cloud-provider": "external"});
+    wrong["spec"]["bogus"] = serde_json::json!(1);
+    let report = validate::validate(r.schema("v1beta2").unwrap(), &mut wrong);
+    assert_eq!(report.unknown, ["spec.bogus"]);
+    assert!(
+        report
+            .causes
+            .iter()
+            .any(|c| c.field.ends_with("apiServer.extraArgs")),
+        "{:?}",
+        report.causes
+    );
+}
+
+#[test]
+fn addons_are_strict_valid_and_configurable() {
+    use conductor::capi::addons::{self, AddonCharts, CloudConfig};
+    let cloud = CloudConfig {
+        auth_url: "https://keystone.example.com/v3".into(),
+        region: Some("RegionOne".into()),
+        application_credential_id: "ac-id".into(),
+        application_credential_secret: common::secret::Secret::new("ac-SECRET"),
+        ca_file_content: None,
+    };
+    assert!(!format!("{cloud:?}").contains("ac-SECRET"));
+    for (line, capi) in [
+        (Line::V1beta1, CapiLine::V1beta1),
+        (Line::V1beta2, CapiLine::V1beta2),
+    ] {
+        let c = input(
+            capi,
+            &[("container_infra_prefix", "registry.local:5000/mirror/")],
+            false,
+        );
+        let mut charts = AddonCharts::default();
+        charts.occm.repo = "https://charts.mirror.local/cpo".into();
+        let calico = addons::render(&c, "calico", &charts, &cloud);
+        let cilium = addons::render(&c, "cilium", &charts, &cloud);
+        assert_eq!(calico[0]["spec"]["chartName"], "tigera-operator");
+        assert_eq!(cilium[0]["spec"]["chartName"], "cilium");
+        assert_eq!(
+            calico[1]["spec"]["repoURL"],
+            "https://charts.mirror.local/cpo"
+        );
+        assert!(
+            calico[0]["spec"]["valuesTemplate"]
+                .as_str()
+                .unwrap()
+                .contains("registry: registry.local:5000/mirror")
+        );
+        assert!(
+            calico[1]["spec"]["valuesTemplate"]
+                .as_str()
+                .unwrap()
+                .contains("application-credential-id=ac-id")
+        );
+        let all = schemas(line);
+        for o in calico.iter().chain(cilium.iter()) {
+            let r = all.iter().find(|r| r.kind == "HelmChartProxy").unwrap();
+            let mut copy = o.clone();
+            let report = validate::validate(r.schema("v1alpha1").unwrap(), &mut copy);
+            assert!(
+                report.unknown.is_empty() && report.causes.is_empty(),
+                "{:?} {:?}",
+                report.unknown,
+                report.causes
+            );
+        }
+    }
+}
+
+#[test]
+fn credentials_secret_matches_the_identity_ref() {
+    use conductor::capi::addons::{CloudConfig, credentials_secret};
+    let cloud = CloudConfig {
+        auth_url: "https://keystone.example.com/v3".into(),
+        region: Some("RegionOne".into()),
+        application_credential_id: "ac-id".into(),
+        application_credential_secret: common::secret::Secret::new("ac-SECRET"),
+        ca_file_content: Some(
+            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into(),
+        ),
+    };
+    let c = input(CapiLine::V1beta1, &[], false);
+    let s = credentials_secret(&c, &cloud, "public", true);
+    let osc = render(&c)
+        .into_iter()
+        .find(|o| o["kind"] == "OpenStackCluster")
+        .unwrap();
+    assert_eq!(
+        osc["spec"]["identityRef"]["name"],
+        s.manifest["metadata"]["name"]
+    );
+    assert_eq!(osc["spec"]["identityRef"]["cloudName"], "openstack");
+    assert!(s.manifest["data"]["cacert"].is_string());
+    assert!(!format!("{s:?}").contains("ac-SECRET"));
+    // The clouds.yaml decodes and names the application credential.
+    let b64 = s.manifest["data"]["clouds.yaml"].as_str().unwrap();
+    let decoded = String::from_utf8(decode(b64)).unwrap();
+    assert!(
+        decoded.contains("auth_type: v3applicationcredential")
+            && decoded.contains("application_credential_id: ac-id")
+    );
+}
+
+fn decode(s: &str) -> Vec<u8> {
+    let val = |c: u8| -> u32 {
+        match c {
+            b'A'..=b'Z' => (c - b'A') as u32,
+            b'a'..=b'z' => (c - b'a' + 26) as u32,
+            b'0'..=b'9' => (c - b'0' + 52) as u32,
+            b'+' => 62,
+            _ => 63,
+        }
+    };
+    let bytes: Vec<u8> = s.bytes().filter(|b| *b != b'=').collect();
+    let mut out = Vec::new();
+    for chunk in bytes.chunks(4) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, c)| acc | (val(*c) << (18 - 6 * i)));
+        out.push((n >> 16) as u8);
+        if chunk.len() > 2 {
+            out.push((n >> 8) as u8);
+        }
+        if chunk.len() > 3 {
+            out.push(n as u8);
+        }
+    }
+    out
+}
+
+#[test]
+fn charts_come_from_the_config() {
+    use conductor::capi::addons::AddonCharts;
+    let mut l = common::config::ini::Layered::default();
+    l.push_text(
+        std::path::Path::new("t.conf"),
+        "[capi]\ncalico_chart_repo = https://mirror.local/calico\ncalico_chart_version = v3.28.0\n",
+    )
+    .unwrap();
+    let cfg = common::config::Config::from_layered(&l).unwrap();
+    let charts = AddonCharts::from(&cfg.capi);
+    assert_eq!(charts.calico.repo, "https://mirror.local/calico");
+    assert_eq!(charts.calico.version, "v3.28.0");
+    assert_eq!(
+        charts,
+        AddonCharts {
+            calico: charts.calico.clone(),
+            ..AddonCharts::default()
+        }
+    );
+}

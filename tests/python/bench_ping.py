@@ -1,0 +1,82 @@
+"""Benchmark: ping_conductor through Magnum 23.0.0's own client against our
+conductor and against the real Python magnum-conductor, on the same broker,
+in one run. Prints a Markdown table with calls/s, p50 and p99 and the ratios.
+
+Run it with `scripts/bench-rpc.sh` (builds our release binary first).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from conftest import Conductor, PythonConductor, free_port, new_vhost, rabbitmqctl, wait_for_consumers, write_conf
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def server_id(vhost):
+    for row in rabbitmqctl("list_queues", "-p", vhost, "name").splitlines()[1:]:
+        if row.startswith("magnum-conductor.") and len(row) == len("magnum-conductor.") + 12:
+            return row.split(".", 1)[1]
+    raise RuntimeError(f"no server queue in {vhost}")
+
+
+def run_load(conf, server, calls, concurrency, out):
+    subprocess.run([sys.executable, os.path.join(HERE, "ping_load.py"), "--config-file", conf, "--server", server,
+                    "--calls", str(calls), "--concurrency", str(concurrency), "--timeout", "30", "--warmup", "50",
+                    "--out", out], check=True, stderr=subprocess.DEVNULL)
+    with open(out) as f:
+        rows = [json.loads(line) for line in f]
+    failed = sum(1 for r in rows if not r["ok"])
+    lat = sorted((r["end"] - r["start"]) * 1000 for r in rows if r["ok"])
+    wall = max(r["end"] for r in rows) - min(r["start"] for r in rows)
+    q = statistics.quantiles(lat, n=100, method="inclusive")
+    return dict(rate=len(rows) / wall, p50=q[49], p99=q[98], failed=failed)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--calls", type=int, default=2000)
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
+    a = p.parse_args()
+
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="mc-bench-") as tmp:
+        for name in ("python", "rust"):
+            vhost = new_vhost(f"bench-{name}")
+            conf = os.path.join(tmp, f"{name}.conf")
+            write_conf(conf, vhost)
+            if name == "python":
+                conductor = PythonConductor(conf, os.path.join(tmp, "python.log"))
+            else:
+                port = free_port()
+                write_conf(conf, vhost, extra=f"[metrics]\nlisten = 127.0.0.1:{port}\n")
+                conductor = Conductor(conf, port, os.path.join(tmp, "rust.log"))
+            try:
+                wait_for_consumers(vhost, 3)
+                sid = server_id(vhost)
+                for c in a.concurrency:
+                    results[(name, c)] = run_load(conf, sid, a.calls, c, os.path.join(tmp, f"{name}-{c}.jsonl"))
+            finally:
+                conductor.stop()
+                rabbitmqctl("delete_vhost", vhost)
+
+    print("| concurrency | conductor | calls/s | p50 ms | p99 ms | failed |")
+    print("|---|---|---|---|---|---|")
+    for c in a.concurrency:
+        for name in ("python", "rust"):
+            r = results[(name, c)]
+            print(f"| {c} | {name} | {r['rate']:.0f} | {r['p50']:.2f} | {r['p99']:.2f} | {r['failed']} |")
+    print()
+    print("| concurrency | calls/s ratio (rust/python) | p50 ratio (python/rust) | p99 ratio (python/rust) |")
+    print("|---|---|---|---|")
+    for c in a.concurrency:
+        py, rs = results[("python", c)], results[("rust", c)]
+        print(f"| {c} | {rs['rate'] / py['rate']:.2f}x | {py['p50'] / rs['p50']:.2f}x | {py['p99'] / rs['p99']:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
