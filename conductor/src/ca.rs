@@ -145,12 +145,14 @@ pub fn rotate_ca_certificate(cluster: &MagnumObject) -> Outcome {
 }
 
 /// `generate_certificates_to_cluster` for `cluster` (used by cluster
-/// create): generate off the runtime, store as `owner`, set the refs.
+/// create): generate off the runtime, store as `owner` (under `uuids`, or
+/// fresh ones), set the refs.
 pub async fn generate_certificates_to_cluster(
     db: &Db,
     opts: &X509Opts,
     owner: &Owner,
     cluster: &mut MagnumObject,
+    uuids: Option<[String; 4]>,
 ) -> Result<(), RemoteFailure> {
     let issuer = store::issuer_name(cluster);
     let uuid = cluster.get_str("uuid").unwrap_or_default().to_string();
@@ -168,7 +170,7 @@ pub async fn generate_certificates_to_cluster(
             tracing::error!(cluster = %uuid, error = %e, "certificate generation failed");
             failed()
         })?;
-    store::store_cluster_certs(db, owner, cluster, &certs)
+    store::store_cluster_certs(db, owner, cluster, &certs, uuids)
         .await
         .map_err(|e| {
             tracing::error!(cluster = %uuid, error = %e, "storing certificates failed");

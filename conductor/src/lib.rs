@@ -14,6 +14,7 @@ pub mod amqp;
 pub mod ca;
 pub mod capi;
 pub mod dedup;
+pub mod failpoint;
 pub mod handlers;
 pub mod http;
 pub mod lifecycle;

@@ -120,9 +120,15 @@ async fn run(args: &[String]) -> Result<Value, String> {
                 project_id: Some(project.clone()),
                 user_id: Some(user.clone()),
             };
-            conductor::ca::generate_certificates_to_cluster(&db, &cfg.x509, &owner, &mut cluster)
-                .await
-                .map_err(|f| f.to_failure_string())?;
+            conductor::ca::generate_certificates_to_cluster(
+                &db,
+                &cfg.x509,
+                &owner,
+                &mut cluster,
+                None,
+            )
+            .await
+            .map_err(|f| f.to_failure_string())?;
             Ok(data(
                 &repo::save(&db, &model::CLUSTER, cluster_uuid, &cluster)
                     .await

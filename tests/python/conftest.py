@@ -112,10 +112,11 @@ def write_conf(path, vhost, extra_default="", rabbit="", extra="", db_url=None):
 class Conductor:
     """Our conductor as a subprocess, with its metrics endpoint."""
 
-    def __init__(self, conf_path, metrics_port, log_path):
+    def __init__(self, conf_path, metrics_port, log_path, env=None):
         self.metrics_url = f"http://127.0.0.1:{metrics_port}"
-        self.log = open(log_path, "w")
-        self.proc = subprocess.Popen([CONDUCTOR_BIN, "--config-file", conf_path], stdout=self.log, stderr=subprocess.STDOUT)
+        self.log = open(log_path, "a")
+        self.proc = subprocess.Popen([CONDUCTOR_BIN, "--config-file", conf_path], stdout=self.log,
+                                     stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
         self.server_id = self.wait_ready()["server"]
 
     def wait_ready(self, timeout=30):

@@ -92,7 +92,7 @@ class Env:
         self.sim = Sim(tmp, line, tick_ms)
         self.vhost = new_vhost("life")
         self.conf = str(tmp / "conductor.conf")
-        port = free_port()
+        self.port = port = free_port()
         write_conf(self.conf, self.vhost, db_url=new_database("life"),
                    extra=(f"[metrics]\nlisten = 127.0.0.1:{port}\n"
                           f"[capi]\nkubeconfig = {self.sim.kubeconfig}\n"
@@ -101,6 +101,13 @@ class Env:
                           "static_application_credential_secret = not-a-real-secret\n"))
         self.conductor = Conductor(self.conf, port, str(tmp / "conductor.log"))
         self.template = self.client("template", json.dumps(TEMPLATE))["uuid"]
+
+    def restart(self, failpoint=None):
+        """Stop the conductor (if still running) and start a new one, with
+        MAGNUM_CONDUCTOR_FAILPOINT armed if given."""
+        self.conductor.stop()
+        env = {"MAGNUM_CONDUCTOR_FAILPOINT": failpoint} if failpoint else None
+        self.conductor = Conductor(self.conf, self.port, str(self.tmp / "conductor.log"), env=env)
 
     def client(self, *args, project=PROJECT):
         p = subprocess.run([sys.executable, os.path.join(HERE, "lifecycle_client.py"), self.conf, *args],
@@ -189,7 +196,10 @@ def test_create_and_delete(env):
     assert got["x509keypairs"] == 0, "all four keypairs deleted"
     assert env.sim.get(f"/apis/{env.sim.capi}/namespaces/{NAMESPACE}/clusters/{stack_id}") is None
     assert env.sim.items(env.sim.capi, "machines") == []
-    assert env.sim.items("v1", "secrets", f"magnum.openstack.org/cluster-uuid={uuid}") == []
+    sel = f"magnum.openstack.org/cluster-uuid={uuid}"
+    assert env.sim.items("v1", "secrets", sel) == []
+    assert env.sim.items("addons.cluster.x-k8s.io/v1alpha1", "helmchartproxies", sel) == []
+    assert env.sim.items("infrastructure.cluster.x-k8s.io/v1beta1", "openstackmachinetemplates", sel) == []
 
 
 def test_rows_match_magnums_conductor(env):

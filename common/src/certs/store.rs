@@ -33,7 +33,34 @@ pub enum StoreError {
 
 /// `store_cert`: INSERT a row, return its uuid (the `*_cert_ref`).
 pub async fn store_cert(db: &Db, owner: &Owner, kp: &StoredKeyPair) -> Result<String, DbError> {
-    let uuid = uuid::Uuid::new_v4().to_string();
+    store_cert_as(db, owner, kp, &uuid::Uuid::new_v4().to_string()).await
+}
+
+/// The uuids of a cluster's four keypairs (CA, etcd CA, front-proxy CA,
+/// client), derived from the cluster uuid: a create interrupted between
+/// storing the keypairs and saving the refs finds (and replaces) its own
+/// leftovers instead of leaking them. Random-looking version-4 uuids, as
+/// Magnum's.
+pub fn cluster_keypair_uuids(cluster_uuid: &str) -> [String; 4] {
+    ["ca", "etcd-ca", "front-proxy-ca", "client"].map(|role| {
+        let d = aws_lc_rs::digest::digest(
+            &aws_lc_rs::digest::SHA256,
+            format!("magnum-conductor/x509keypair/{cluster_uuid}/{role}").as_bytes(),
+        );
+        let mut b = [0u8; 16];
+        b.copy_from_slice(&d.as_ref()[..16]);
+        uuid::Builder::from_random_bytes(b).into_uuid().to_string()
+    })
+}
+
+/// [`store_cert`] with a given uuid.
+pub async fn store_cert_as(
+    db: &Db,
+    owner: &Owner,
+    kp: &StoredKeyPair,
+    uuid: &str,
+) -> Result<String, DbError> {
+    let uuid = uuid.to_string();
     let mut obj = MagnumObject::new(&ovo::X509_KEY_PAIR);
     let set = |obj: &mut MagnumObject, k: &str, v: Value| {
         obj.set(k, v)
@@ -131,17 +158,21 @@ pub fn generate_cluster_certs(issuer: &str, opts: &X509Opts) -> Result<ClusterCe
 }
 
 /// `generate_certificates_to_cluster`: store the four pairs (in Magnum's
-/// order) and set the cluster's four refs (the caller saves the cluster).
+/// order, under `uuids` or fresh ones) and set the cluster's four refs
+/// (the caller saves the cluster).
 pub async fn store_cluster_certs(
     db: &Db,
     owner: &Owner,
     cluster: &mut MagnumObject,
     certs: &ClusterCerts,
+    uuids: Option<[String; 4]>,
 ) -> Result<(), DbError> {
-    let ca = store_cert(db, owner, &certs.ca).await?;
-    let etcd = store_cert(db, owner, &certs.etcd_ca).await?;
-    let fp = store_cert(db, owner, &certs.front_proxy_ca).await?;
-    let client = store_cert(db, owner, &certs.client).await?;
+    let fresh = || uuid::Uuid::new_v4().to_string();
+    let uuids = uuids.unwrap_or_else(|| [fresh(), fresh(), fresh(), fresh()]);
+    let ca = store_cert_as(db, owner, &certs.ca, &uuids[0]).await?;
+    let etcd = store_cert_as(db, owner, &certs.etcd_ca, &uuids[1]).await?;
+    let fp = store_cert_as(db, owner, &certs.front_proxy_ca, &uuids[2]).await?;
+    let client = store_cert_as(db, owner, &certs.client, &uuids[3]).await?;
     for (field, v) in [
         ("ca_cert_ref", ca),
         ("magnum_cert_ref", client),
@@ -158,6 +189,24 @@ pub async fn store_cluster_certs(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keypair_uuids_are_stable_distinct_v4() {
+        let a = cluster_keypair_uuids("5b7c6a52-6f3e-4b8a-9d3e-0f6a1b2c3d4e");
+        assert_eq!(
+            a,
+            cluster_keypair_uuids("5b7c6a52-6f3e-4b8a-9d3e-0f6a1b2c3d4e")
+        );
+        assert_ne!(
+            a,
+            cluster_keypair_uuids("0b7c6a52-6f3e-4b8a-9d3e-0f6a1b2c3d4e")
+        );
+        let set: std::collections::HashSet<_> = a.iter().collect();
+        assert_eq!(set.len(), 4);
+        for u in &a {
+            assert_eq!(uuid::Uuid::parse_str(u).unwrap().get_version_num(), 4);
+        }
+    }
 
     #[test]
     fn ca_choice_follows_magnum() {

@@ -37,6 +37,12 @@ use crate::handlers::DurableSignal;
 use crate::metrics::Metrics;
 use crate::mgmt::{Applier, MgmtError};
 
+enum RowsRecorded {
+    Yes,
+    Pending,
+    Lost,
+}
+
 /// How long a failed status pass waits before it is tried again.
 const RETRY: Duration = Duration::from_secs(5);
 
@@ -233,6 +239,7 @@ impl Engine {
             Err(f) => return Outcome::Failure(f),
         }
         durable.recorded();
+        crate::failpoint::hit("create.after_rows");
         let outcome = match self.drive_create(&uuid, Some(ctx)).await {
             Ok(()) => Outcome::Result(Value::Null),
             Err(f) => Outcome::Failure(f),
@@ -273,9 +280,11 @@ impl Engine {
                     row.set("create_timeout", json!(create_timeout))
                         .map_err(|e| invalid(&e.to_string()))?;
                 }
-                repo::create(db, &CLUSTER, &row)
+                let c = repo::create(db, &CLUSTER, &row)
                     .await
-                    .map_err(|e| e.to_failure())?
+                    .map_err(|e| e.to_failure())?;
+                crate::failpoint::hit("create.after_cluster_row");
+                c
             }
             Err(e) => return Err(e.to_failure()),
         };
@@ -374,9 +383,25 @@ impl Engine {
                 project_id: cluster.get_str("project_id").map(str::to_string),
                 user_id: cluster.get_str("user_id").map(str::to_string),
             };
-            crate::ca::generate_certificates_to_cluster(db, &self.0.x509, &owner, &mut cluster)
-                .await
-                .map_err(|f| StepError::Certificates(f.message))?;
+            // Leftovers of an interrupted earlier run (stored, refs never
+            // saved) carry the same derived uuids: replace them.
+            let uuids = store::cluster_keypair_uuids(uuid);
+            for u in &uuids {
+                match repo::destroy(db, &X509KEYPAIR, u).await {
+                    Ok(()) | Err(DbError::Magnum { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            crate::ca::generate_certificates_to_cluster(
+                db,
+                &self.0.x509,
+                &owner,
+                &mut cluster,
+                Some(uuids),
+            )
+            .await
+            .map_err(|f| StepError::Certificates(f.message))?;
+            crate::failpoint::hit("create.after_keypairs");
             for r in refs {
                 pending.push((r, cluster.get(r).cloned().unwrap_or(Value::Null)));
             }
@@ -403,6 +428,7 @@ impl Engine {
                     .await?;
             }
         }
+        crate::failpoint::hit("create.after_stack_id");
         // (d) what to create.
         let template_id = cluster
             .get_str("cluster_template_id")
@@ -434,9 +460,6 @@ impl Engine {
             self.0.credentials.verify,
         );
         self.0.applier.apply(&creds.manifest).await?;
-        for s in self.ca_secrets(&cluster, &input).await? {
-            self.0.applier.apply(&s.manifest).await?;
-        }
         let mut objects = render::render(&input);
         objects.extend(addons::render(
             &input,
@@ -444,19 +467,49 @@ impl Engine {
             &AddonCharts::from(&self.0.capi),
             &cloud,
         ));
-        for o in &objects {
-            if let Err(e) = self.0.applier.apply(o).await {
-                return Err(StepError::Invalid(format!(
-                    "the management cluster refused {} {}: {e}",
-                    o["kind"].as_str().unwrap_or("?"),
-                    o["metadata"]["name"].as_str().unwrap_or("?")
-                )));
-            }
+        // The Cluster first: everything else is owned by it, so deleting
+        // the Cluster collects all of it (HelmChartProxies and templates
+        // included, which CAPI itself does not own). The clouds.yaml Secret
+        // is not owned: CAPO needs it until the very end, and we remove it.
+        let (first, rest): (Vec<Value>, Vec<Value>) =
+            objects.into_iter().partition(|o| o["kind"] == "Cluster");
+        let mut owner = None;
+        for o in &first {
+            let stored = self.apply_object(o).await?;
+            owner = Some(json!([{
+                "apiVersion": o["apiVersion"], "kind": "Cluster",
+                "name": stored.metadata.name, "uid": stored.metadata.uid,
+            }]));
         }
-        tracing::info!(cluster = %uuid, stack_id = %stack_id, namespace = %input.namespace, objects = objects.len(), "cluster objects applied");
+        let owned = |mut v: Value| {
+            if let Some(refs) = &owner {
+                v["metadata"]["ownerReferences"] = refs.clone();
+            }
+            v
+        };
+        for s in self.ca_secrets(&cluster, &input).await? {
+            self.0.applier.apply(&owned(s.manifest)).await?;
+        }
+        crate::failpoint::hit("create.mid_apply");
+        for o in &rest {
+            self.apply_object(&owned(o.clone())).await?;
+        }
+        let objects = first.len() + rest.len();
+        tracing::info!(cluster = %uuid, stack_id = %stack_id, namespace = %input.namespace, objects, "cluster objects applied");
         self.schedule_timeout(&cluster);
         self.kick_cluster(&cluster);
         Ok(())
+    }
+
+    /// Apply one rendered object; a refusal names the object (never its content).
+    async fn apply_object(&self, o: &Value) -> Result<DynamicObject, StepError> {
+        self.0.applier.apply(o).await.map_err(|e| {
+            StepError::Invalid(format!(
+                "the management cluster refused {} {}: {e}",
+                o["kind"].as_str().unwrap_or("?"),
+                o["metadata"]["name"].as_str().unwrap_or("?")
+            ))
+        })
     }
 
     async fn ca_secrets(
@@ -546,6 +599,7 @@ impl Engine {
         match result {
             Ok(c) => {
                 durable.recorded();
+                crate::failpoint::hit("delete.after_ack");
                 self.kick_cluster(&c);
                 Outcome::Result(Value::Null)
             }
@@ -568,6 +622,7 @@ impl Engine {
             self.save_nodegroup(&u, &[("status", json!("DELETE_IN_PROGRESS"))])
                 .await?;
         }
+        crate::failpoint::hit("delete.before_capi_delete");
         self.delete_capi_cluster(cluster).await?;
         Ok(self
             .save_cluster(
@@ -642,6 +697,7 @@ impl Engine {
             ],
         )
         .await?;
+        crate::failpoint::hit("delete.after_delete_complete");
         for r in [
             "ca_cert_ref",
             "magnum_cert_ref",
@@ -717,6 +773,7 @@ impl Engine {
             "CREATE_IN_PROGRESS",
             "UPDATE_IN_PROGRESS",
             "DELETE_IN_PROGRESS",
+            "DELETE_COMPLETE",
         ] {
             match repo::select(
                 &self.0.db,
@@ -803,7 +860,9 @@ impl Engine {
             elapsed_min,
             timeout,
         );
-        if op == Some(status::Operation::Delete) && observed.cluster.is_none() {
+        // DELETE_COMPLETE with rows left: a conductor died while removing them.
+        let deleting = op == Some(status::Operation::Delete) || status_now == "DELETE_COMPLETE";
+        if deleting && observed.cluster.is_none() {
             return self.finish_delete(&cluster).await;
         }
         if op == Some(status::Operation::Create)
@@ -832,12 +891,14 @@ impl Engine {
 
     // ----------------------------------------------------------------- resume
 
-    /// Clusters left `CREATE_IN_PROGRESS` or `DELETE_IN_PROGRESS` by a
-    /// previous conductor: finish their operation.
+    /// Clusters left `CREATE_IN_PROGRESS`, `DELETE_IN_PROGRESS` or
+    /// `DELETE_COMPLETE` (rows not yet removed) by a previous conductor:
+    /// finish their operation.
     async fn resume(&self) {
         for (status, what) in [
             ("CREATE_IN_PROGRESS", "create"),
             ("DELETE_IN_PROGRESS", "delete"),
+            ("DELETE_COMPLETE", "delete"),
         ] {
             let clusters = match repo::select(
                 &self.0.db,
@@ -865,12 +926,55 @@ impl Engine {
                 let lock = self.lock(&uuid);
                 let _held = lock.lock().await;
                 if what == "create" {
-                    let _ = self.drive_create(&uuid, None).await;
+                    match self.rows_recorded(&c).await {
+                        Ok(RowsRecorded::Yes) => {
+                            let _ = self.drive_create(&uuid, None).await;
+                        }
+                        Ok(RowsRecorded::Pending) => {
+                            // Killed between the cluster row and its
+                            // nodegroups: the cast was not acknowledged and
+                            // comes back from the broker; it finishes the rows.
+                            tracing::info!(cluster = %uuid, "create interrupted before its nodegroups were recorded; waiting for the redelivered cast");
+                            continue;
+                        }
+                        Ok(RowsRecorded::Lost) => {
+                            self.fail(
+                                &uuid,
+                                "CREATE_FAILED",
+                                "the conductor stopped before the cluster's nodegroups were recorded, and the request did not come back",
+                            )
+                            .await;
+                        }
+                        Err(e) => tracing::warn!(cluster = %uuid, error = %e, "cannot resume"),
+                    }
                 } else if let Err(e) = self.delete_capi_cluster(&c).await {
                     tracing::warn!(cluster = %uuid, error = %e, "cannot delete the CAPI cluster; will retry at the next resync");
                 }
                 self.kick_cluster(&c);
             }
+        }
+    }
+
+    /// Whether a CREATE_IN_PROGRESS cluster has both default nodegroups
+    /// (the cast is acknowledged only then).
+    async fn rows_recorded(&self, c: &MagnumObject) -> Result<RowsRecorded, DbError> {
+        let uuid = c.get_str("uuid").unwrap_or_default();
+        let ngs = self.nodegroups(uuid).await?;
+        let has = |n: &str| ngs.iter().any(|g| g.get_str("name") == Some(n));
+        if has("default-master") && has("default-worker") {
+            return Ok(RowsRecorded::Yes);
+        }
+        let age = c
+            .get_str("created_at")
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| chrono::Utc::now() - t.with_timezone(&chrono::Utc))
+            .unwrap_or_default();
+        // A redelivery arrives within seconds of the broker noticing the
+        // dead consumer; after this long it is not coming.
+        if age > chrono::Duration::minutes(10) {
+            Ok(RowsRecorded::Lost)
+        } else {
+            Ok(RowsRecorded::Pending)
         }
     }
 

@@ -1,0 +1,96 @@
+"""kill -9 of the conductor at 8 points of create and delete, then a restart.
+
+Each point is a failpoint (MAGNUM_CONDUCTOR_FAILPOINT) where the process
+aborts: no cleanup, no acknowledgement, as with SIGKILL. A fresh conductor
+must finish the operation: the cast comes back from the broker when it was
+not yet acknowledged, and clusters left *_IN_PROGRESS (or DELETE_COMPLETE
+with rows left) are resumed at startup. Every cluster ends in the right
+state with exactly one of each object, four keypairs, and nothing left after
+its delete.
+"""
+import json
+import signal
+
+import pytest
+
+from test_lifecycle import Env
+
+CREATE_POINTS = ["create.after_cluster_row", "create.after_rows", "create.after_keypairs",
+                 "create.after_stack_id", "create.mid_apply"]
+DELETE_POINTS = ["delete.before_capi_delete", "delete.after_ack", "delete.after_delete_complete"]
+UUID_LABEL = "magnum.openstack.org/cluster-uuid"
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    e = Env(tmp_path_factory.mktemp("restart"), "v1beta1")
+    yield e
+    e.close()
+
+
+def died(env):
+    rc = env.conductor.proc.wait(60)
+    assert rc == -signal.SIGABRT, f"conductor exited with {rc}, not at the failpoint"
+
+
+def objects_of(env, uuid):
+    sel = f"{UUID_LABEL}={uuid}"
+    sim, capi = env.sim, env.sim.capi
+    return {
+        "Cluster": len(sim.items(capi, "clusters", sel)),
+        "MachineDeployment": len(sim.items(capi, "machinedeployments", sel)),
+        "KubeadmControlPlane": len(sim.items("controlplane.cluster.x-k8s.io/v1beta1", "kubeadmcontrolplanes", sel)),
+        "OpenStackCluster": len(sim.items("infrastructure.cluster.x-k8s.io/v1beta1", "openstackclusters", sel)),
+        "HelmChartProxy": len(sim.items("addons.cluster.x-k8s.io/v1alpha1", "helmchartproxies", sel)),
+        "Secret": len(sim.items("v1", "secrets", sel)),
+    }
+
+
+ONE_CLUSTER = {"Cluster": 1, "MachineDeployment": 1, "KubeadmControlPlane": 1, "OpenStackCluster": 1,
+               "HelmChartProxy": 3, "Secret": 5}
+NOTHING = {k: 0 for k in ONE_CLUSTER}
+
+
+def create(env):
+    uuid = env.client("create", env.template, json.dumps({"master_count": 1, "node_count": 1}))["uuid"]
+    return uuid
+
+
+def complete(env, uuid):
+    got, seen = env.wait(uuid, lambda g: g["cluster"] and g["cluster"]["status"] != "CREATE_IN_PROGRESS")
+    assert got["cluster"]["status"] == "CREATE_COMPLETE", seen
+    return got
+
+
+@pytest.mark.parametrize("point", CREATE_POINTS)
+def test_create_survives_a_kill(env, point):
+    before = env.client("get", "00000000-0000-0000-0000-000000000000")["x509keypairs"]
+    env.restart(point)
+    uuid = create(env)
+    died(env)
+    env.restart()
+    got = complete(env, uuid)
+    assert len(got["nodegroups"]) == 2
+    assert all(n["status"] == "CREATE_COMPLETE" and n["stack_id"] == got["cluster"]["stack_id"]
+               for n in got["nodegroups"])
+    assert got["x509keypairs"] == before + 4, "no keypair leaked or duplicated"
+    assert objects_of(env, uuid) == ONE_CLUSTER
+    env.client("delete", uuid)
+    got, _ = env.wait(uuid, lambda g: g["cluster"] is None)
+    assert got["x509keypairs"] == before and got["nodegroups"] == []
+    assert objects_of(env, uuid) == NOTHING
+
+
+@pytest.mark.parametrize("point", DELETE_POINTS)
+def test_delete_survives_a_kill(env, point):
+    before = env.client("get", "00000000-0000-0000-0000-000000000000")["x509keypairs"]
+    env.restart()
+    uuid = create(env)
+    complete(env, uuid)
+    env.restart(point)
+    env.client("delete", uuid)
+    died(env)
+    env.restart()
+    got, seen = env.wait(uuid, lambda g: g["cluster"] is None)
+    assert got["nodegroups"] == [] and got["x509keypairs"] == before, seen
+    assert objects_of(env, uuid) == NOTHING
