@@ -9,6 +9,9 @@ set -euo pipefail
 VENV="${MAGNUM_VENV:-$HOME/.cache/magnum-conductor-rs/venv-magnum-23.0.0}"
 PY_REQS="magnum==23.0.0 python-magnumclient==5.0.0 pytest==8.4.2 PyMySQL==1.2.4"
 VENV22="${MAGNUM22_VENV:-$HOME/.cache/magnum-conductor-rs/venv-magnum-22.0.0}"
+# A real Keystone for the application-credential tests (scripts/keystone.sh).
+KS_VENV="${KEYSTONE_VENV:-$HOME/.cache/magnum-conductor-rs/venv-keystone-30.0.0}"
+KS_REQS="keystone==30.0.0 gunicorn==23.0.0"
 PY22_REQS="magnum==22.0.0 PyMySQL==1.2.4"
 
 log() { echo "[setup] $*" >&2; }
@@ -28,6 +31,7 @@ apt_install() {
 command -v rabbitmq-server >/dev/null 2>&1 || apt_install rabbitmq-server
 command -v mariadbd >/dev/null 2>&1 || apt_install mariadb-server
 command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv
+command -v curl >/dev/null 2>&1 || apt_install curl
 
 if ! rabbitmqctl -q status >/dev/null 2>&1; then
   log "starting RabbitMQ"
@@ -57,4 +61,5 @@ make_venv() {  # make_venv DIR "REQS": (re)create when missing or its requiremen
 }
 make_venv "$VENV" "$PY_REQS"
 make_venv "$VENV22" "$PY22_REQS"
-echo "export MAGNUM_VENV=$VENV MAGNUM22_VENV=$VENV22"
+make_venv "$KS_VENV" "$KS_REQS"
+echo "export MAGNUM_VENV=$VENV MAGNUM22_VENV=$VENV22 KEYSTONE_VENV=$KS_VENV"

@@ -196,7 +196,17 @@ async fn start_lifecycle(
         }
     };
     tracing::info!(line = ?line, "management cluster connected");
-    let credentials = conductor::lifecycle::credentials::Credentials::from_opts(&cfg.capi);
+    let credentials = match conductor::lifecycle::credentials::Credentials::from_opts(
+        &cfg.capi,
+        &cfg.keystone_auth,
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("magnum-conductor: {e}");
+            return Err(ExitCode::from(2));
+        }
+    };
+    tracing::info!(source = ?credentials, "cluster credentials");
     Ok(Some(
         conductor::lifecycle::Engine::start(
             db.clone(),

@@ -12,7 +12,9 @@ defaults filled in, project/user from the context, a new uuid) and casts
 `cluster_create` through magnum.conductor.api.API; `delete` casts
 `cluster_delete`. `get` prints the cluster row, its nodegroups and
 x509keypair count as Magnum's objects read them (null once deleted).
-MC_PROJECT sets the requesting project. `python-create` runs Magnum's own conductor handler in process (the driver
+MC_PROJECT, MC_USER, MC_TOKEN and MC_TOKEN_INFO (the token body with its
+catalog, JSON) set the requesting user's context, as keystonemiddleware
+gives it to magnum-api. `python-create` runs Magnum's own conductor handler in process (the driver
 replaced by one that only sets stack_id, as the CAPI drivers do first), to
 compare the rows it writes with ours. Prints one JSON line.
 """
@@ -25,7 +27,9 @@ import warnings
 warnings.simplefilter("ignore")
 
 PROJECT = os.environ.get("MC_PROJECT", "9d3c1b2a4e5f46a7b8c9d0e1f2a3b4c5")
-USER = "2f1c0a6b9c2d4e7f8a1b2c3d4e5f6a7b"
+USER = os.environ.get("MC_USER", "2f1c0a6b9c2d4e7f8a1b2c3d4e5f6a7b")
+TOKEN = os.environ.get("MC_TOKEN", "gAAAAABtoken")
+TOKEN_INFO = json.loads(os.environ.get("MC_TOKEN_INFO", "null"))
 
 
 def row(o):
@@ -60,8 +64,8 @@ def main():
     from magnum import objects
 
     magnum_service.prepare_service(["magnum-api", "--config-file", conf])
-    ctx = mctx.make_context(user_id=USER, project_id=PROJECT, is_admin=False, auth_token="gAAAAABtoken",
-                            user_name="demo", project_name="demo")
+    ctx = mctx.make_context(user_id=USER, project_id=PROJECT, is_admin=False, auth_token=TOKEN,
+                            auth_token_info=TOKEN_INFO, user_name="demo", project_name="demo")
     admin = mctx.make_admin_context(all_tenants=True)
     out = {}
     if cmd == "template":

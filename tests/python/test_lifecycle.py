@@ -86,19 +86,22 @@ class Sim:
         self.log.close()
 
 
+STATIC_CREDENTIALS = ("static_auth_url = https://keystone.example.com:5000/v3\n"
+                      "static_application_credential_id = 0123456789abcdef\n"
+                      "static_application_credential_secret = not-a-real-secret\n")
+
+
 class Env:
-    def __init__(self, tmp, line, tick_ms=20):
+    def __init__(self, tmp, line, tick_ms=20, credentials=STATIC_CREDENTIALS, extra="", client_env=None):
         self.tmp = tmp
+        self.client_env = client_env or {}
         self.sim = Sim(tmp, line, tick_ms)
         self.vhost = new_vhost("life")
         self.conf = str(tmp / "conductor.conf")
         self.port = port = free_port()
         write_conf(self.conf, self.vhost, db_url=new_database("life"),
                    extra=(f"[metrics]\nlisten = 127.0.0.1:{port}\n"
-                          f"[capi]\nkubeconfig = {self.sim.kubeconfig}\n"
-                          "static_auth_url = https://keystone.example.com:5000/v3\n"
-                          "static_application_credential_id = 0123456789abcdef\n"
-                          "static_application_credential_secret = not-a-real-secret\n"))
+                          f"[capi]\nkubeconfig = {self.sim.kubeconfig}\n{credentials}{extra}"))
         self.conductor = Conductor(self.conf, port, str(tmp / "conductor.log"))
         self.template = self.client("template", json.dumps(TEMPLATE))["uuid"]
 
@@ -111,7 +114,8 @@ class Env:
 
     def client(self, *args, project=PROJECT):
         p = subprocess.run([sys.executable, os.path.join(HERE, "lifecycle_client.py"), self.conf, *args],
-                           capture_output=True, text=True, timeout=180, env=dict(os.environ, MC_PROJECT=project))
+                           capture_output=True, text=True, timeout=180,
+                           env=dict(os.environ, MC_PROJECT=project, **self.client_env))
         if p.returncode != 0:
             log = self.tmp / "client-failure.log"
             log.write_text(p.stdout + p.stderr)

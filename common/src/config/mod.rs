@@ -220,15 +220,36 @@ pub struct CapiOpts {
     /// A shared application credential (test and demo deployments only,
     /// until per-cluster Keystone application credentials exist).
     pub static_auth_url: Option<String>,
-    pub static_region: Option<String>,
+    /// clouds.yaml `region_name` (empty: none).
+    pub region_name: Option<String>,
     pub static_application_credential_id: Option<String>,
     pub static_application_credential_secret: Secret,
+}
+
+/// `[keystone_auth]` (Magnum's group for its own Keystone credentials,
+/// keystoneauth password plugin), each option falling back to
+/// `[keystone_authtoken]` as Magnum's legacy path does.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeystoneAuthOpts {
+    pub auth_url: Option<String>,
+    pub username: Option<String>,
+    pub user_id: Option<String>,
+    pub password: Secret,
+    pub user_domain_id: Option<String>,
+    pub user_domain_name: Option<String>,
+    pub project_id: Option<String>,
+    pub project_name: Option<String>,
+    pub project_domain_id: Option<String>,
+    pub project_domain_name: Option<String>,
+    pub system_scope: Option<String>,
+    pub cafile: Option<String>,
 }
 
 /// The whole configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub default: DefaultOpts,
+    pub keystone_auth: KeystoneAuthOpts,
     pub database: DatabaseOpts,
     pub x509: X509Opts,
     pub cert_manager: CertManager,
@@ -239,6 +260,21 @@ pub struct Config {
     pub transport: TransportUrl,
     pub files: Vec<String>,
 }
+
+const KEYSTONE_AUTH_KEYS: &[&str] = &[
+    "auth_url",
+    "username",
+    "user_id",
+    "password",
+    "user_domain_id",
+    "user_domain_name",
+    "project_id",
+    "project_name",
+    "project_domain_id",
+    "project_domain_name",
+    "system_scope",
+    "cafile",
+];
 
 /// Every option this conductor reads, by group (others are logged and ignored).
 const KNOWN: &[(&str, &[&str])] = &[
@@ -309,6 +345,8 @@ const KNOWN: &[(&str, &[&str])] = &[
         ],
     ),
     ("metrics", &["listen"]),
+    ("keystone_auth", KEYSTONE_AUTH_KEYS),
+    ("keystone_authtoken", KEYSTONE_AUTH_KEYS),
     (
         "x509",
         &[
@@ -339,7 +377,7 @@ const KNOWN: &[(&str, &[&str])] = &[
             "verify_ca",
             "ca_file",
             "static_auth_url",
-            "static_region",
+            "region_name",
             "static_application_credential_id",
             "static_application_credential_secret",
         ],
@@ -873,13 +911,39 @@ impl Config {
             verify_ca: cp.boolean("verify_ca", true)?,
             ca_file: cp.opt_string("ca_file"),
             static_auth_url: cp.opt_string("static_auth_url"),
-            static_region: cp.opt_string("static_region"),
+            region_name: cp.opt_string("region_name"),
             static_application_credential_id: cp.opt_string("static_application_credential_id"),
             static_application_credential_secret: Secret::new(
                 cp.string("static_application_credential_secret", ""),
             ),
         };
+        let ka = Group {
+            layered,
+            name: "keystone_auth",
+            overrides: None,
+        };
+        let kt = Group {
+            layered,
+            name: "keystone_authtoken",
+            overrides: None,
+        };
+        let k = |name: &'static str| ka.opt_string(name).or_else(|| kt.opt_string(name));
+        let keystone_auth = KeystoneAuthOpts {
+            auth_url: k("auth_url"),
+            username: k("username"),
+            user_id: k("user_id"),
+            password: Secret::new(k("password").unwrap_or_default()),
+            user_domain_id: k("user_domain_id"),
+            user_domain_name: k("user_domain_name"),
+            project_id: k("project_id"),
+            project_name: k("project_name"),
+            project_domain_id: k("project_domain_id"),
+            project_domain_name: k("project_domain_name"),
+            system_scope: k("system_scope"),
+            cafile: k("cafile"),
+        };
         Ok(Config {
+            keystone_auth,
             default,
             database,
             x509,

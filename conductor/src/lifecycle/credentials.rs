@@ -1,46 +1,55 @@
 //! The OpenStack credentials a cluster's CAPO and cloud-provider pods use.
 //!
-//! Production design (issue 6, part 4): one Keystone application credential
-//! per cluster, created for the requesting user from the RPC context and
-//! deleted with the cluster. That Keystone client is NOT implemented yet.
-//! Until it is, the only source is an operator-supplied application
-//! credential in `[capi] static_*` (for test and demo deployments: every
-//! cluster then shares it). Without it a create fails with a reason saying
-//! exactly this, instead of creating a cluster CAPO cannot authenticate.
+//! Default: one Keystone application credential per cluster, created for
+//! the requesting user with the token of the `cluster_create` request, kept
+//! in the cluster's clouds.yaml Secret (`<stack_id>-cloud-credentials`), and
+//! deleted with the conductor's `[keystone_auth]` credentials once the
+//! cluster is gone. A create resumed without its request (after a restart)
+//! reuses the Secret if it was written, and otherwise waits for the cast,
+//! which the broker redelivers because it is acknowledged only after the
+//! Secret exists.
+//!
+//! Alternative for test and demo clouds: one operator-supplied credential
+//! shared by every cluster (`[capi] static_*`).
 
-use common::config::CapiOpts;
+use common::config::{CapiOpts, KeystoneAuthOpts};
 use common::secret::Secret;
+use k8s_openapi::api::core::v1::Secret as KubeSecret;
+use kube::api::Api;
 use rpc_schema::context::RequestContext;
 use rpc_schema::ovo::MagnumObject;
 
+use super::keystone::{Keystone, KeystoneError};
 use crate::capi::addons::CloudConfig;
+use crate::capi::naming::object_name;
 use crate::capi::render::ClusterInput;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialError {
-    #[error(
-        "per-cluster Keystone application credentials are not implemented by this conductor yet; \
-         set [capi] static_auth_url, static_application_credential_id and \
-         static_application_credential_secret (shared by all clusters)"
-    )]
-    NotConfigured,
+    #[error("cannot create the cluster's application credential: {0}")]
+    Keystone(#[from] KeystoneError),
+    /// Resumed without the request's token and no credential stored yet.
+    #[error("the cluster's application credential needs the create request's token")]
+    NeedsRequest,
+    #[error("reading the cluster's credentials Secret: {0}")]
+    Kube(#[from] kube::Error),
 }
 
 #[derive(Clone)]
 enum Source {
     Static {
         auth_url: String,
-        region: Option<String>,
         id: String,
         secret: Secret,
     },
-    None,
+    Keystone(Keystone),
 }
 
 /// Where clusters' credentials come from, and how clouds.yaml uses them.
 #[derive(Clone)]
 pub struct Credentials {
     source: Source,
+    region: Option<String>,
     /// clouds.yaml `interface`.
     pub interface: String,
     /// clouds.yaml `verify`.
@@ -53,7 +62,7 @@ impl std::fmt::Debug for Credentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let source = match &self.source {
             Source::Static { .. } => "static",
-            Source::None => "none",
+            Source::Keystone(_) => "keystone",
         };
         f.debug_struct("Credentials")
             .field("source", &source)
@@ -62,18 +71,36 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
+/// `key: value` of our own clouds.yaml (we wrote it; one key per line).
+fn clouds_value(clouds: &str, key: &str) -> Option<String> {
+    clouds.lines().find_map(|l| {
+        let (k, v) = l.trim().split_once(':')?;
+        (k.trim() == key).then(|| v.trim().to_string())
+    })
+}
+
+/// The application credential (id, secret, auth_url) in a clouds.yaml Secret.
+fn stored(secret: &KubeSecret) -> Option<(String, Secret, String)> {
+    let data = secret.data.as_ref()?.get("clouds.yaml")?;
+    let text = String::from_utf8(data.0.clone()).ok()?;
+    Some((
+        clouds_value(&text, "application_credential_id")?,
+        Secret::new(clouds_value(&text, "application_credential_secret")?),
+        clouds_value(&text, "auth_url")?,
+    ))
+}
+
 impl Credentials {
-    pub fn from_opts(o: &CapiOpts) -> Credentials {
+    pub fn from_opts(o: &CapiOpts, auth: &KeystoneAuthOpts) -> Result<Credentials, KeystoneError> {
         let source = match (&o.static_auth_url, &o.static_application_credential_id) {
             (Some(url), Some(id)) if !o.static_application_credential_secret.is_empty() => {
                 Source::Static {
                     auth_url: url.clone(),
-                    region: o.static_region.clone(),
                     id: id.clone(),
                     secret: o.static_application_credential_secret.clone(),
                 }
             }
-            _ => Source::None,
+            _ => Source::Keystone(Keystone::new(auth.clone())?),
         };
         let ca_file_content = o
             .ca_file
@@ -85,45 +112,104 @@ impl Credentials {
                     None
                 }
             });
-        Credentials {
+        Ok(Credentials {
             source,
+            region: o.region_name.clone(),
             interface: o.credentials_interface.clone(),
             verify: o.verify_ca,
             ca_file_content,
+        })
+    }
+
+    fn cloud(&self, auth_url: String, id: String, secret: Secret) -> CloudConfig {
+        CloudConfig {
+            auth_url,
+            region: self.region.clone(),
+            application_credential_id: id,
+            application_credential_secret: secret,
+            ca_file_content: self.ca_file_content.clone(),
         }
     }
 
-    /// The credentials for a cluster being created.
+    /// The credentials for a cluster being created: the stored ones if a
+    /// previous attempt wrote them, else new ones for the request's user.
     pub async fn for_cluster(
         &self,
-        _client: &kube::Client,
-        _input: &ClusterInput,
-        _ctx: Option<&RequestContext>,
+        client: &kube::Client,
+        input: &ClusterInput,
+        cluster_name: &str,
+        ctx: Option<&RequestContext>,
     ) -> Result<CloudConfig, CredentialError> {
-        match &self.source {
+        let keystone = match &self.source {
             Source::Static {
                 auth_url,
-                region,
                 id,
                 secret,
-            } => Ok(CloudConfig {
-                auth_url: auth_url.clone(),
-                region: region.clone(),
-                application_credential_id: id.clone(),
-                application_credential_secret: secret.clone(),
-                ca_file_content: self.ca_file_content.clone(),
-            }),
-            Source::None => Err(CredentialError::NotConfigured),
+            } => return Ok(self.cloud(auth_url.clone(), id.clone(), secret.clone())),
+            Source::Keystone(k) => k,
+        };
+        let secrets: Api<KubeSecret> = Api::namespaced(client.clone(), &input.namespace);
+        let name = object_name(&input.stack_id, "cloud-credentials");
+        if let Some((id, secret, url)) = secrets.get_opt(&name).await?.as_ref().and_then(stored) {
+            return Ok(self.cloud(url, id, secret));
         }
+        let ctx = ctx.ok_or(CredentialError::NeedsRequest)?;
+        let ac = keystone
+            .create(
+                ctx,
+                &format!("magnum-{}", input.cluster_uuid),
+                &format!("Magnum cluster ({cluster_name})"),
+            )
+            .await?;
+        tracing::info!(cluster = %input.cluster_uuid, application_credential = %ac.id, "application credential created");
+        Ok(self.cloud(ac.auth_url, ac.id, ac.secret))
     }
 
-    /// Release a deleted cluster's credentials (static ones are shared: kept).
+    /// Delete a deleted cluster's application credential (read from its
+    /// Secret in `namespace`). Static credentials are shared: kept.
     pub async fn release(
         &self,
-        _client: &kube::Client,
-        _namespace: &str,
-        _cluster: &MagnumObject,
+        client: &kube::Client,
+        namespace: &str,
+        cluster: &MagnumObject,
     ) -> Result<(), CredentialError> {
+        let Source::Keystone(keystone) = &self.source else {
+            return Ok(());
+        };
+        let Some(stack_id) = cluster.get_str("stack_id") else {
+            return Ok(());
+        };
+        let secrets: Api<KubeSecret> = Api::namespaced(client.clone(), namespace);
+        let name = object_name(stack_id, "cloud-credentials");
+        let Some((id, _, _)) = secrets.get_opt(&name).await?.as_ref().and_then(stored) else {
+            return Ok(());
+        };
+        let user = cluster.get_str("user_id").unwrap_or_default();
+        keystone.delete(user, &id).await?;
+        tracing::info!(cluster = %cluster.get_str("uuid").unwrap_or_default(), application_credential = %id, "application credential deleted");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_back_our_clouds_yaml() {
+        let clouds = "clouds:\n  openstack:\n    auth:\n      auth_url: https://k:5000/v3\n      application_credential_id: abc\n      application_credential_secret: s3:cret\n    auth_type: v3applicationcredential\n";
+        let mut data = std::collections::BTreeMap::new();
+        data.insert(
+            "clouds.yaml".to_string(),
+            k8s_openapi::ByteString(clouds.as_bytes().to_vec()),
+        );
+        let s = KubeSecret {
+            data: Some(data),
+            ..Default::default()
+        };
+        let (id, secret, url) = stored(&s).unwrap();
+        assert_eq!((id.as_str(), url.as_str()), ("abc", "https://k:5000/v3"));
+        assert_eq!(secret.expose(), "s3:cret");
+        assert!(stored(&KubeSecret::default()).is_none());
     }
 }

@@ -238,9 +238,10 @@ impl Engine {
             }
             Err(f) => return Outcome::Failure(f),
         }
-        durable.recorded();
         crate::failpoint::hit("create.after_rows");
-        let outcome = match self.drive_create(&uuid, Some(ctx)).await {
+        // Acknowledged once the credentials exist (they need this request's
+        // token); rows and everything after are idempotent on redelivery.
+        let outcome = match self.drive_create(&uuid, Some(ctx), Some(durable)).await {
             Ok(()) => Outcome::Result(Value::Null),
             Err(f) => Outcome::Failure(f),
         };
@@ -346,9 +347,14 @@ impl Engine {
         &self,
         uuid: &str,
         ctx: Option<&RequestContext>,
+        durable: Option<&mut DurableSignal>,
     ) -> Result<(), RemoteFailure> {
-        match self.create_steps(uuid, ctx).await {
+        match self.create_steps(uuid, ctx, durable).await {
             Ok(()) => Ok(()),
+            Err(StepError::Credentials(CredentialError::NeedsRequest)) => {
+                tracing::info!(cluster = %uuid, "create resumed before its credentials existed; waiting for the redelivered cast");
+                Ok(())
+            }
             Err(e) => {
                 let reason = e.to_string();
                 self.fail(uuid, "CREATE_FAILED", &reason).await;
@@ -364,6 +370,7 @@ impl Engine {
         &self,
         uuid: &str,
         ctx: Option<&RequestContext>,
+        durable: Option<&mut DurableSignal>,
     ) -> Result<(), StepError> {
         let db = &self.0.db;
         let mut cluster = repo::get(db, &CLUSTER, &Scope::admin(), uuid).await?;
@@ -451,7 +458,12 @@ impl Engine {
         let cloud = self
             .0
             .credentials
-            .for_cluster(&self.0.client, &input, ctx)
+            .for_cluster(
+                &self.0.client,
+                &input,
+                cluster.get_str("name").unwrap_or(uuid),
+                ctx,
+            )
             .await?;
         let creds = addons::credentials_secret(
             &input,
@@ -460,6 +472,9 @@ impl Engine {
             self.0.credentials.verify,
         );
         self.0.applier.apply(&creds.manifest).await?;
+        if let Some(d) = durable {
+            d.recorded();
+        }
         let mut objects = render::render(&input);
         objects.extend(addons::render(
             &input,
@@ -928,7 +943,7 @@ impl Engine {
                 if what == "create" {
                     match self.rows_recorded(&c).await {
                         Ok(RowsRecorded::Yes) => {
-                            let _ = self.drive_create(&uuid, None).await;
+                            let _ = self.drive_create(&uuid, None, None).await;
                         }
                         Ok(RowsRecorded::Pending) => {
                             // Killed between the cluster row and its

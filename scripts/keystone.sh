@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# A real Keystone (30.0.0, SQLite, fernet) for tests, from the venv that
+# scripts/setup-env.sh caches.
+#   scripts/keystone.sh start DIR PORT   # prints KEYSTONE_URL=... when /v3 answers
+#   scripts/keystone.sh stop DIR
+# Bootstrap: domain default, project+user admin (password in DIR/admin-password),
+# system-scoped admin role, identity endpoints http://127.0.0.1:PORT/v3.
+set -euo pipefail
+cmd="${1:?start|stop}" dir="${2:?DIR}"
+venv="${KEYSTONE_VENV:-$HOME/.cache/magnum-conductor-rs/venv-keystone-30.0.0}"
+case "$cmd" in
+stop)
+  [ -f "$dir/gunicorn.pid" ] && kill -TERM "$(cat "$dir/gunicorn.pid")" 2>/dev/null || true
+  for _ in $(seq 1 50); do [ -f "$dir/gunicorn.pid" ] || exit 0; sleep 0.1; done
+  exit 0 ;;
+start) ;;
+*) echo "usage: $0 start DIR PORT | stop DIR" >&2; exit 2 ;;
+esac
+port="${3:?PORT}"
+mkdir -p "$dir/etc"
+cd "$dir"
+cat > etc/keystone.conf <<CONF
+[DEFAULT]
+log_file = $dir/keystone.log
+[database]
+connection = sqlite:///$dir/keystone.db
+[token]
+provider = fernet
+[fernet_tokens]
+key_repository = $dir/fernet-keys
+[fernet_receipts]
+key_repository = $dir/fernet-keys
+[credential]
+key_repository = $dir/credential-keys
+[identity]
+password_hash_rounds = 4
+CONF
+# gunicorn must run without arguments: keystone parses sys.argv as its own.
+cat > gunicorn.conf.py <<CONF
+wsgi_app = "keystone.wsgi.api:application"
+bind = "127.0.0.1:$port"
+workers = 1
+threads = 4
+accesslog = "$dir/access.log"
+errorlog = "$dir/gunicorn.err"
+pidfile = "$dir/gunicorn.pid"
+control_socket_disable = True
+raw_env = ["OS_KEYSTONE_CONFIG_DIR=$dir/etc"]
+CONF
+export PYTHONWARNINGS=ignore
+km() { "$venv/bin/keystone-manage" --config-file etc/keystone.conf "$@" >> manage.log 2>&1; }
+password="admin-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
+echo "$password" > admin-password
+km db_sync
+km fernet_setup --keystone-user "$(id -un)" --keystone-group "$(id -gn)"
+km credential_setup --keystone-user "$(id -un)" --keystone-group "$(id -gn)"
+km bootstrap --bootstrap-password "$password" --bootstrap-region-id RegionOne \
+  --bootstrap-admin-url "http://127.0.0.1:$port/v3" --bootstrap-internal-url "http://127.0.0.1:$port/v3" \
+  --bootstrap-public-url "http://127.0.0.1:$port/v3"
+setsid "$venv/bin/gunicorn" > gunicorn.out 2>&1 < /dev/null &
+for _ in $(seq 1 300); do
+  if curl -sf -m 2 -o /dev/null "http://127.0.0.1:$port/v3"; then
+    echo "KEYSTONE_URL=http://127.0.0.1:$port/v3"
+    exit 0
+  fi
+  sleep 0.1
+done
+echo "keystone did not start; see $dir" >&2
+exit 1

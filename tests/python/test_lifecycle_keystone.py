@@ -1,0 +1,126 @@
+"""Per-cluster application credentials against a real Keystone (30.0.0).
+
+A user with the member role on their project gets a project-scoped token
+(with its catalog) and casts `cluster_create` through Magnum's client code.
+The conductor creates an application credential for that user with that
+token, CAPO's clouds.yaml Secret holds it (and it authenticates), and
+`cluster_delete` removes it with the conductor's own `[keystone_auth]`
+credentials once the cluster is gone. A bad token gives CREATE_FAILED with
+Keystone's answer as the reason.
+"""
+import base64
+import json
+import os
+import subprocess
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import ROOT, free_port
+from test_lifecycle import Env
+
+KEYSTONE = os.path.join(ROOT, "scripts", "keystone.sh")
+
+
+def call(method, url, token=None, body=None):
+    req = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body is not None else None,
+                                 headers={"Content-Type": "application/json", **({"X-Auth-Token": token} if token else {})})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            data = r.read()
+            return r.status, dict(r.headers), json.loads(data) if data else None
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), None
+
+
+def password_token(url, user, password, project_id=None, project_name=None):
+    scope = {"project": {"id": project_id}} if project_id else \
+        {"project": {"name": project_name, "domain": {"id": "default"}}}
+    status, headers, body = call("POST", f"{url}/auth/tokens", body={"auth": {
+        "identity": {"methods": ["password"], "password": {"user": {
+            "name": user, "domain": {"id": "default"}, "password": password}}},
+        "scope": scope}})
+    assert status == 201, status
+    return headers["X-Subject-Token"], body
+
+
+@pytest.fixture(scope="module")
+def keystone(tmp_path_factory):
+    d = tmp_path_factory.mktemp("keystone")
+    port = free_port()
+    out = subprocess.run([KEYSTONE, "start", str(d), str(port)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    url = out.stdout.strip().split("=", 1)[1]
+    admin_pw = (d / "admin-password").read_text().strip()
+    admin, _ = password_token(url, "admin", admin_pw, project_name="admin")
+    _, _, p = call("POST", f"{url}/projects", admin, {"project": {"name": "tenant", "domain_id": "default"}})
+    _, _, u = call("POST", f"{url}/users", admin, {"user": {"name": "alice", "domain_id": "default",
+                                                          "password": "alice-pw", "default_project_id": p["project"]["id"]}})
+    _, _, roles = call("GET", f"{url}/roles?name=member", admin)
+    status, _, _ = call("PUT", f"{url}/projects/{p['project']['id']}/users/{u['user']['id']}/roles/{roles['roles'][0]['id']}", admin)
+    assert status == 204
+    yield dict(url=url, admin_pw=admin_pw, project=p["project"]["id"], user=u["user"]["id"])
+    subprocess.run([KEYSTONE, "stop", str(d)], timeout=30)
+
+
+@pytest.fixture(scope="module")
+def env(keystone, tmp_path_factory):
+    token, body = password_token(keystone["url"], "alice", "alice-pw", project_id=keystone["project"])
+    conf = (f"[keystone_auth]\nauth_url = {keystone['url']}\nusername = admin\n"
+            f"password = {keystone['admin_pw']}\nuser_domain_name = Default\nsystem_scope = all\n")
+    e = Env(tmp_path_factory.mktemp("ks"), "v1beta1", credentials="", extra=conf.replace("[keystone_auth]", "\n[keystone_auth]"),
+            client_env=dict(MC_USER=keystone["user"], MC_TOKEN=token, MC_TOKEN_INFO=json.dumps(body)))
+    e.user_token = token
+    yield e
+    e.close()
+
+
+def app_creds(keystone, token):
+    status, _, body = call("GET", f"{keystone['url']}/users/{keystone['user']}/application_credentials", token)
+    assert status == 200
+    return body["application_credentials"]
+
+
+def test_application_credential_lifecycle(env, keystone):
+    project = keystone["project"]
+    uuid = env.client("create", env.template, json.dumps({"master_count": 1, "node_count": 1}),
+                      project=project)["uuid"]
+    got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] != "CREATE_IN_PROGRESS")
+    assert got["cluster"]["status"] == "CREATE_COMPLETE", seen
+    acs = app_creds(keystone, env.user_token)
+    assert [a["name"] for a in acs] == [f"magnum-{uuid}"]
+    assert acs[0]["project_id"] == project and not acs[0].get("unrestricted"), acs
+    # The clouds.yaml CAPO reads holds it, and it authenticates.
+    stack_id = got["cluster"]["stack_id"]
+    secret = env.sim.get(f"/api/v1/namespaces/magnum-{project}/secrets/{stack_id}-cloud-credentials")
+    clouds = base64.b64decode(secret["data"]["clouds.yaml"]).decode()
+    fields = dict(line.strip().split(": ", 1) for line in clouds.splitlines() if ": " in line)
+    assert fields["auth_url"] == keystone["url"] and fields["application_credential_id"] == acs[0]["id"]
+    status, _, _ = call("POST", f"{keystone['url']}/auth/tokens", body={"auth": {"identity": {
+        "methods": ["application_credential"], "application_credential": {
+            "id": fields["application_credential_id"], "secret": fields["application_credential_secret"]}}}})
+    assert status == 201
+
+    env.client("delete", uuid, project=project)
+    got, _ = env.wait(uuid, lambda g: g["cluster"] is None)
+    assert app_creds(keystone, env.user_token) == [], "deleted with the cluster"
+
+
+def test_keystone_refusal_is_create_failed(env, keystone):
+    project = keystone["project"]
+    env.client_env["MC_TOKEN"] = "not-a-valid-token"
+    try:
+        uuid = env.client("create", env.template, json.dumps({"master_count": 1, "node_count": 1}),
+                          project=project)["uuid"]
+    finally:
+        env.client_env["MC_TOKEN"] = env.user_token
+    got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] != "CREATE_IN_PROGRESS")
+    assert got["cluster"]["status"] == "CREATE_FAILED", seen
+    reason = got["cluster"]["status_reason"]
+    assert reason.startswith("cannot create the cluster's application credential: Keystone application "
+                             "credential create: HTTP 401"), reason
+    assert "not-a-valid-token" not in reason
+    env.client("delete", uuid, project=project)
+    env.wait(uuid, lambda g: g["cluster"] is None)
+    assert app_creds(keystone, env.user_token) == []
