@@ -73,6 +73,13 @@ class Sim:
         q = f"?labelSelector={urllib.request.quote(selector)}" if selector else ""
         return self.get(f"{base}/namespaces/{ns}/{plural}{q}")["items"]
 
+    def patch(self, api, plural, name, body, ns=NAMESPACE):
+        req = urllib.request.Request(f"{self.server}/apis/{api}/namespaces/{ns}/{plural}/{name}",
+                                     data=json.dumps(body).encode(), method="PATCH",
+                                     headers={"Content-Type": "application/merge-patch+json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+
     def create_namespace(self, name, annotations):
         body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "annotations": annotations}}
         req = urllib.request.Request(f"{self.server}/api/v1/namespaces", data=json.dumps(body).encode(),
@@ -249,3 +256,39 @@ def test_openstack_failure_is_create_failed(env):
     env.client("delete", uuid, project=project)
     got, _ = env.wait(uuid, lambda g: g["cluster"] is None)
     assert env.sim.items("v1", "secrets", f"magnum.openstack.org/cluster-uuid={uuid}", ns="magnum-" + project) == []
+
+
+def test_create_timeout_is_create_failed(env):
+    """Machines that never come up: CREATE_FAILED when create_timeout (1 min) expires,
+    with what it was waiting for; meanwhile status_reason shows the CAPI condition."""
+    if env.sim.capi.endswith("v1beta2"):
+        pytest.skip("the timeout does not depend on the CAPI line (one minute saved)")
+    project = "7e57ab1e7e574b1e8e57ab1e7e57ab1e"
+    env.sim.create_namespace("magnum-" + project, {"capi-sim/never-ready": "true"})
+    uuid = env.client("create", env.template, json.dumps({"master_count": 1, "node_count": 1,
+                                                          "cluster": {"create_timeout": 1}}), project=project)["uuid"]
+    got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] != "CREATE_IN_PROGRESS", timeout=150)
+    assert got["cluster"]["status"] == "CREATE_FAILED", seen
+    assert got["cluster"]["status_reason"].startswith("Timed out after 1 minutes; still waiting for "), seen
+    assert any(s and s[0] == "CREATE_IN_PROGRESS" and s[1] for s in seen), seen
+    env.client("delete", uuid, project=project)
+    env.wait(uuid, lambda g: g["cluster"] is None)
+
+
+def test_blocked_deletion_shows_why(env):
+    """Another controller's finalizer holds the CAPI Cluster: DELETE_IN_PROGRESS
+    names it; once it is released the delete completes."""
+    uuid = env.client("create", env.template, json.dumps({"master_count": 1, "node_count": 1}))["uuid"]
+    got, _ = env.wait(uuid, lambda g: g["cluster"]["status"] != "CREATE_IN_PROGRESS")
+    stack_id = got["cluster"]["stack_id"]
+    env.sim.patch(env.sim.capi, "clusters", stack_id,
+                  {"metadata": {"finalizers": ["cluster.cluster.x-k8s.io", "example.com/hold"]}})
+    env.client("delete", uuid)
+    got, seen = env.wait(uuid, lambda g: "example.com/hold" in (g["cluster"]["status_reason"] or ""))
+    assert got["cluster"]["status"] == "DELETE_IN_PROGRESS"
+    assert got["cluster"]["status_reason"] == "waiting for the Cluster's finalizers: example.com/hold", seen
+    # Their machines are gone: the nodegroups are deleted, only the Cluster is held.
+    assert [n["status"] for n in got["nodegroups"]] == ["DELETE_COMPLETE"] * 2, got["nodegroups"]
+    env.sim.patch(env.sim.capi, "clusters", stack_id, {"metadata": {"finalizers": []}})
+    got, _ = env.wait(uuid, lambda g: g["cluster"] is None)
+    assert got["nodegroups"] == []

@@ -394,10 +394,7 @@ impl Engine {
             // saved) carry the same derived uuids: replace them.
             let uuids = store::cluster_keypair_uuids(uuid);
             for u in &uuids {
-                match repo::destroy(db, &X509KEYPAIR, u).await {
-                    Ok(()) | Err(DbError::Magnum { .. }) => {}
-                    Err(e) => return Err(e.into()),
-                }
+                destroy_if_present(db, &X509KEYPAIR, u).await?;
             }
             crate::ca::generate_certificates_to_cluster(
                 db,
@@ -572,14 +569,8 @@ impl Engine {
         if minutes <= 0 {
             return;
         }
-        let created = cluster
-            .get_str("created_at")
-            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-            .map(|t| t.with_timezone(&chrono::Utc))
-            .unwrap_or_else(chrono::Utc::now);
-        let deadline = created + chrono::Duration::minutes(minutes);
-        let wait =
-            (deadline - chrono::Utc::now()).to_std().unwrap_or_default() + Duration::from_secs(1);
+        let left = chrono::Duration::minutes(minutes) - age(cluster);
+        let wait = left.to_std().unwrap_or_default() + Duration::from_secs(1);
         let e = self.clone();
         let c = cluster.clone();
         tokio::spawn(async move {
@@ -720,24 +711,15 @@ impl Engine {
             "front_proxy_ca_cert_ref",
         ] {
             if let Some(k) = cluster.get_str(r) {
-                match repo::destroy(&self.0.db, &X509KEYPAIR, k).await {
-                    Ok(()) | Err(DbError::Magnum { .. }) => {}
-                    Err(e) => return Err(e.into()),
-                }
+                destroy_if_present(&self.0.db, &X509KEYPAIR, k).await?;
             }
         }
         for ng in self.nodegroups(&uuid).await? {
             if let Some(u) = ng.get_str("uuid") {
-                match repo::destroy(&self.0.db, &NODEGROUP, u).await {
-                    Ok(()) | Err(DbError::Magnum { .. }) => {}
-                    Err(e) => return Err(e.into()),
-                }
+                destroy_if_present(&self.0.db, &NODEGROUP, u).await?;
             }
         }
-        match repo::destroy(&self.0.db, &CLUSTER, &uuid).await {
-            Ok(()) | Err(DbError::Magnum { .. }) => {}
-            Err(e) => return Err(e.into()),
-        }
+        destroy_if_present(&self.0.db, &CLUSTER, &uuid).await?;
         self.0
             .metrics
             .cluster_operations
@@ -858,15 +840,7 @@ impl Engine {
             .filter(|n| n.get_str("role") != Some("master"))
             .filter_map(|n| n.get_str("name").map(str::to_string))
             .collect();
-        let elapsed_min = cluster
-            .get_str("created_at")
-            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-            .map(|t| {
-                (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
-                    .num_minutes()
-                    .max(0) as u64
-            })
-            .unwrap_or(0);
+        let elapsed_min = age(&cluster).num_minutes().max(0) as u64;
         let timeout = cluster.get_i64("create_timeout").unwrap_or(0).max(0) as u64;
         let view = status::map(
             op.unwrap_or(status::Operation::Update),
@@ -979,14 +953,9 @@ impl Engine {
         if has("default-master") && has("default-worker") {
             return Ok(RowsRecorded::Yes);
         }
-        let age = c
-            .get_str("created_at")
-            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-            .map(|t| chrono::Utc::now() - t.with_timezone(&chrono::Utc))
-            .unwrap_or_default();
         // A redelivery arrives within seconds of the broker noticing the
         // dead consumer; after this long it is not coming.
-        if age > chrono::Duration::minutes(10) {
+        if age(c) > chrono::Duration::minutes(10) {
             Ok(RowsRecorded::Lost)
         } else {
             Ok(RowsRecorded::Pending)
@@ -1000,6 +969,26 @@ impl Engine {
             tokio::time::sleep(every).await;
             let _ = self.0.kicks.send(Kick::All);
         }
+    }
+}
+
+/// Time since the row's `created_at` (zero if unreadable).
+fn age(row: &MagnumObject) -> chrono::Duration {
+    row.get_str("created_at")
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| chrono::Utc::now() - t.with_timezone(&chrono::Utc))
+        .unwrap_or_default()
+}
+
+/// DELETE a row by uuid; already gone is fine.
+async fn destroy_if_present(
+    db: &Db,
+    table: &'static common::db::model::Table,
+    uuid: &str,
+) -> Result<(), StepError> {
+    match repo::destroy(db, table, uuid).await {
+        Ok(()) | Err(DbError::Magnum { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -202,7 +202,8 @@ fn at_version(mut obj: Value, api_version: &str) -> Value {
     obj
 }
 
-/// `/_sim/...`: faults, compaction and state dumps for tests and humans.
+/// `/_sim/...`: faults, compaction, state dumps and request counts (by
+/// User-Agent product and verb) for tests, benchmarks and humans.
 fn admin(sim: &Sim, method: &Method, path: &str, body: &Bytes) -> Option<Response> {
     let ok = |v: Value| Some(json_response(StatusCode::OK, &v));
     match (method.as_str(), path) {
@@ -232,6 +233,13 @@ fn admin(sim: &Sim, method: &Method, path: &str, body: &Bytes) -> Option<Respons
             ok(json!({"status": "compacted"}))
         }
         ("GET", "/_sim/dump") => ok(sim.read(|s| s.dump())),
+        ("GET", "/_sim/requests") => ok(sim.request_counts()),
+        ("POST", "/_sim/controllers/pause" | "/_sim/controllers/resume") => {
+            let pause = path.ends_with("pause");
+            sim.paused
+                .store(pause, std::sync::atomic::Ordering::Relaxed);
+            ok(json!({"paused": pause}))
+        }
         _ => None,
     }
 }
@@ -273,6 +281,12 @@ async fn handle(
     let is_watch = query(&uri)
         .iter()
         .any(|(k, v)| k == "watch" && (v == "true" || v == "1"));
+    let client = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split('/').next())
+        .unwrap_or("unknown");
+    sim.count_request(client, if is_watch { "WATCH" } else { method.as_str() });
     let mut drop_watch_after = None;
     match sim.faults.take(method.as_str(), uri.path(), is_watch) {
         None => {}

@@ -18,7 +18,7 @@
 //! Faults by annotation: `capi-sim/fail-reason` on an OpenStackCluster (or
 //! on its Namespace) makes it fail with that message (e.g. quota exceeded); `capi-sim/never-ready`
 //! on a Machine (or on a MachineDeployment / KubeadmControlPlane, for all
-//! its Machines) keeps it Provisioning.
+//! its Machines, or on the Namespace) keeps it Provisioning.
 //!
 //! - MachineHealthCheck: counts; machines annotated `capi-sim/unhealthy` are
 //!   remediated (deleted, their owner replaces them).
@@ -103,6 +103,12 @@ fn ready_machine(m: &Value) -> bool {
 }
 
 impl Ctx<'_> {
+    /// An annotation of namespace `ns` (faults set for a whole namespace).
+    fn ns_annotation(&self, ns: &str, key: &str) -> Option<String> {
+        let r = self.s.find("", "namespaces")?;
+        let n = self.s.get(r, None, ns).ok()?;
+        annotation(&n, key).map(str::to_string)
+    }
     fn res(&self, group: &str, plural: &str) -> Option<usize> {
         self.s.find(group, plural)
     }
@@ -566,12 +572,7 @@ fn reconcile_openstack_cluster(c: &mut Ctx<'_>, cur: Value) {
     let name = meta(&cur, "name").unwrap_or("");
     // The annotation on the object, or on its namespace (a test can mark a
     // namespace before the client creates anything in it).
-    let ns_reason = meta(&cur, "namespace")
-        .and_then(|ns| {
-            c.s.find("", "namespaces")
-                .and_then(|r| c.s.get(r, None, ns).ok())
-        })
-        .and_then(|n| annotation(&n, FAIL).map(str::to_string));
+    let ns_reason = meta(&cur, "namespace").and_then(|ns| c.ns_annotation(ns, FAIL));
     if let Some(reason) = annotation(&cur, FAIL).map(str::to_string).or(ns_reason) {
         next["status"] =
             json!({"ready": false, "failureReason": "CreateError", "failureMessage": reason});
@@ -1221,7 +1222,8 @@ fn reconcile_machine(c: &mut Ctx<'_>, cur: Value) {
         .and_then(Value::as_str)
         .unwrap_or("");
     let server = short_hash(&json!(meta(&cur, "uid")));
-    let never = annotation(&cur, NEVER_READY).is_some();
+    let never =
+        annotation(&cur, NEVER_READY).is_some() || c.ns_annotation(&ns, NEVER_READY).is_some();
     let mut st = cur.get("status").cloned().unwrap_or(json!({}));
     st["observedGeneration"] = cur["metadata"]["generation"].clone();
     // A machine waits for its cluster's infrastructure; workers also for an

@@ -41,6 +41,10 @@ pub struct Sim {
     /// Injected faults (see [`faults`]).
     pub faults: Arc<faults::Faults>,
     controller_errors: Arc<Mutex<Vec<String>>>,
+    /// Simulated controllers paused (`POST /_sim/controllers/pause`).
+    pub paused: Arc<std::sync::atomic::AtomicBool>,
+    /// Requests served, by (client, verb): `GET /_sim/requests`.
+    requests: Arc<Mutex<std::collections::BTreeMap<(String, String), u64>>>,
 }
 
 impl Sim {
@@ -52,7 +56,34 @@ impl Sim {
             bookmark_every: std::time::Duration::from_secs(10),
             faults: Arc::new(faults::Faults::default()),
             controller_errors: Arc::new(Mutex::new(Vec::new())),
+            requests: Arc::new(Mutex::new(std::collections::BTreeMap::new())),
+            paused: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         }
+    }
+
+    /// Count one request of `client` (its User-Agent product) and `verb`.
+    pub fn count_request(&self, client: &str, verb: &str) {
+        let mut m = match self.requests.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        *m.entry((client.to_string(), verb.to_string())).or_default() += 1;
+    }
+
+    /// Requests served so far: `{client: {verb: count}}`.
+    pub fn request_counts(&self) -> serde_json::Value {
+        let m = match self.requests.lock() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        };
+        let mut out = serde_json::Map::new();
+        for ((client, verb), n) in m {
+            out.entry(client)
+                .or_insert_with(|| serde_json::json!({}))
+                .as_object_mut()
+                .map(|o| o.insert(verb, serde_json::json!(n)));
+        }
+        serde_json::Value::Object(out)
     }
 
     /// Run the simulated controllers every `tick` (each object advances at
@@ -66,6 +97,9 @@ impl Sim {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(tick).await;
+                if sim.paused.load(std::sync::atomic::Ordering::Relaxed) {
+                    continue;
+                }
                 let errors = sim.with(|s| {
                     let p = controllers::pass(s, line);
                     (p.errors, p.events)
