@@ -16,6 +16,7 @@ fn input(line: CapiLine, extra: &[(&str, &str)], fixed: bool) -> ClusterInput {
         ("kube_tag", "v1.30.4"),
         ("boot_volume_size", "40"),
         ("boot_volume_type", "ssd"),
+        ("docker_volume_type", "fast"),
         ("availability_zone", "nova"),
         ("api_master_lb_allowed_cidrs", "10.0.0.0/8,192.168.0.0/16"),
     ]
@@ -36,6 +37,7 @@ fn input(line: CapiLine, extra: &[(&str, &str)], fixed: bool) -> ClusterInput {
         master_image: "ubuntu-2204-kube-v1.30.4".into(),
         master_flavor: "m1.medium".into(),
         master_count: 3,
+        master_docker_volume_gb: fixed.then_some(50),
         keypair: Some("mykey".into()),
         external_network_id: Some("public".into()),
         fixed_network: fixed.then(|| "private".into()),
@@ -47,6 +49,7 @@ fn input(line: CapiLine, extra: &[(&str, &str)], fixed: bool) -> ClusterInput {
             flavor: "m1.small".into(),
             image: "7d3c1b2a-4e5f-46a7-b8c9-d0e1f2a3b4c5".into(),
             count: 2,
+            docker_volume_gb: Some(20),
             node_labels: [("tier".to_string(), "web".to_string())]
                 .into_iter()
                 .collect(),
@@ -157,6 +160,39 @@ fn rendered_objects_are_strict_valid_on_both_lines() {
         let no_heal = render(&input(capi, &[("auto_healing_enabled", "false")], false));
         assert!(no_heal.iter().all(|o| o["kind"] != "MachineHealthCheck"));
         check(line, capi, &no_heal);
+    }
+}
+
+#[test]
+fn docker_volume_size_is_a_containerd_volume() {
+    for capi in [CapiLine::V1beta1, CapiLine::V1beta2] {
+        let objs = render(&input(capi, &[], true));
+        let of =
+            |kind: &str| -> Vec<&Value> { objs.iter().filter(|o| o["kind"] == kind).collect() };
+        let omts = of("OpenStackMachineTemplate");
+        let sizes: Vec<i64> = omts
+            .iter()
+            .map(|o| {
+                o["spec"]["template"]["spec"]["additionalBlockDevices"][0]["sizeGiB"]
+                    .as_i64()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(sizes, [50, 20], "control plane, then the worker group");
+        let dev = &omts[1]["spec"]["template"]["spec"]["additionalBlockDevices"][0];
+        assert_eq!(dev["storage"]["volume"]["type"], "fast");
+        let kct = &of("KubeadmConfigTemplate")[0]["spec"]["template"]["spec"];
+        assert_eq!(kct["mounts"][0][1], "/var/lib/containerd");
+        assert_eq!(kct["diskSetup"]["filesystems"][0]["label"], "containerd");
+        let kcp = &of("KubeadmControlPlane")[0]["spec"]["kubeadmConfigSpec"];
+        assert_eq!(kcp["mounts"][0][0], "LABEL=containerd");
+        // Without it: no volume, no disk setup.
+        let plain = render(&input(capi, &[], false));
+        let kcp = plain
+            .iter()
+            .find(|o| o["kind"] == "KubeadmControlPlane")
+            .unwrap();
+        assert!(kcp["spec"]["kubeadmConfigSpec"].get("mounts").is_none());
     }
 }
 

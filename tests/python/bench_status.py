@@ -138,9 +138,9 @@ def main():
                 lat.append((time.perf_counter() - start) * 1000)
         conn.close()
         lat.sort()
-        q = statistics.quantiles(lat, n=100)
+        q = statistics.quantiles(lat, n=100, method="inclusive")
         summary = dict(clusters=a.clusters, failed=failed, cast_seconds=round(cast_s, 1),
-                       all_complete_seconds=round(complete_s, 1), steady_requests_per_minute=per_min,
+                       all_complete_seconds=round(complete_s, 1), steady_requests_per_minute=per_min, requests_by_client=after,
                        latency_ms=dict(samples=len(lat), p50=round(q[49], 1), p99=round(q[98], 1),
                                        max=round(lat[-1], 1)),
                        conductor_rss_mib=round(int(open(f"/proc/{conductor.proc.pid}/status").read()

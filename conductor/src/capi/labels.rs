@@ -21,6 +21,8 @@ pub struct Labels {
     pub kube_version: String,
     pub boot_volume_size_gb: Option<u32>,
     pub boot_volume_type: Option<String>,
+    /// Volume type of the container-storage volume (`docker_volume_size`).
+    pub docker_volume_type: Option<String>,
     pub availability_zone: Option<String>,
     /// `auto_healing_enabled` (default true): MachineHealthChecks.
     pub auto_healing: bool,
@@ -124,7 +126,6 @@ const IGNORED: &[&str] = &[
     "cinder_csi_plugin_tag",
     "octavia_lb_algorithm",
     "octavia_lb_healthcheck",
-    "docker_volume_type",
     "kubelet_options",
     "kubeapi_options",
     "kubecontroller_options",
@@ -233,6 +234,7 @@ pub fn parse(
         "kube_tag",
         "boot_volume_size",
         "boot_volume_type",
+        "docker_volume_type",
         "availability_zone",
         "auto_healing_enabled",
         "fixed_subnet_cidr",
@@ -347,6 +349,7 @@ pub fn parse(
         kube_version,
         boot_volume_size_gb,
         boot_volume_type: get("boot_volume_type").and_then(non_empty),
+        docker_volume_type: get("docker_volume_type").and_then(non_empty),
         availability_zone: get("availability_zone").and_then(non_empty),
         auto_healing: match get("auto_healing_enabled") {
             Some(v) => truthy("auto_healing_enabled", v)?,

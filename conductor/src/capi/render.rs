@@ -33,6 +33,8 @@ pub struct WorkerGroup {
     pub flavor: String,
     pub image: String,
     pub count: u32,
+    /// `docker_volume_size`: a Cinder volume for container storage (GiB).
+    pub docker_volume_gb: Option<u32>,
     /// `node_labels` (Magnum 23): Kubernetes node labels.
     pub node_labels: BTreeMap<String, String>,
     /// `node_taints`: (key, value, effect).
@@ -51,6 +53,8 @@ pub struct ClusterInput {
     pub master_image: String,
     pub master_flavor: String,
     pub master_count: u32,
+    /// The master nodegroup's `docker_volume_size` (GiB).
+    pub master_docker_volume_gb: Option<u32>,
     pub keypair: Option<String>,
     pub external_network_id: Option<String>,
     pub fixed_network: Option<String>,
@@ -146,8 +150,20 @@ impl ClusterInput {
             json!({"filter": {"name": image}})
         }
     }
-    fn machine_spec(&self, flavor: &str, image: &str) -> Value {
+    fn machine_spec(&self, flavor: &str, image: &str, docker_volume_gb: Option<u32>) -> Value {
         let mut spec = json!({"flavor": flavor, "image": self.image(image)});
+        if let Some(gb) = docker_volume_gb {
+            // Attached after the root disk: the guest's second virtio disk.
+            let mut volume = json!({});
+            if let Some(t) = &self.labels.docker_volume_type {
+                volume["type"] = json!(t);
+            }
+            if let Some(az) = &self.labels.availability_zone {
+                volume["availabilityZone"] = json!({"name": az});
+            }
+            spec["additionalBlockDevices"] = json!([{"name": "containerd", "sizeGiB": gb,
+                "storage": {"type": "Volume", "volume": volume}}]);
+        }
         if let Some(k) = &self.keypair {
             spec["sshKeyName"] = json!(k);
         }
@@ -199,6 +215,19 @@ impl ClusterInput {
         nr
     }
 }
+
+/// kubeadm's disk setup for the container-storage volume: one ext4
+/// partition on the second disk, mounted on /var/lib/containerd.
+fn container_storage(spec: &mut Value) {
+    spec["diskSetup"] = json!({
+        "partitions": [{"device": CONTAINER_DISK, "layout": true, "overwrite": false, "tableType": "gpt"}],
+        "filesystems": [{"device": format!("{CONTAINER_DISK}1"), "filesystem": "ext4", "label": "containerd"}],
+    });
+    spec["mounts"] = json!([["LABEL=containerd", "/var/lib/containerd"]]);
+}
+
+/// The guest device of the first additional block device (virtio).
+pub const CONTAINER_DISK: &str = "/dev/vdb";
 
 /// All objects for one cluster, in creation order (owners first is not
 /// needed: CAPI resolves references when they appear).
@@ -252,18 +281,20 @@ pub fn render(c: &ClusterInput) -> Vec<Value> {
     out.push(json!({"apiVersion": INFRA, "kind": "OpenStackCluster", "metadata": c.meta(s, &[]), "spec": osc_spec}));
 
     // Control plane machine template, named by its spec.
-    let cp_machine =
-        json!({"template": {"spec": c.machine_spec(&c.master_flavor, &c.master_image)}});
+    let cp_machine = json!({"template": {"spec": c.machine_spec(&c.master_flavor, &c.master_image, c.master_docker_volume_gb)}});
     let cp_template = object_name(s, &format!("control-plane-{}", spec_hash(&cp_machine)));
     out.push(json!({"apiVersion": INFRA, "kind": "OpenStackMachineTemplate", "metadata": c.meta(&cp_template, &[]), "spec": cp_machine}));
 
     let cloud_args = c.args(&[("cloud-provider", "external")]);
     let no_labels = BTreeMap::new();
-    let kubeadm = json!({
+    let mut kubeadm = json!({
         "clusterConfiguration": {"apiServer": {"extraArgs": cloud_args}, "controllerManager": {"extraArgs": cloud_args}},
         "initConfiguration": {"nodeRegistration": c.node_registration(&no_labels, &[])},
         "joinConfiguration": {"nodeRegistration": c.node_registration(&no_labels, &[])},
     });
+    if c.master_docker_volume_gb.is_some() {
+        container_storage(&mut kubeadm);
+    }
     let infra_ref = c.reference(INFRA, "OpenStackMachineTemplate", &cp_template);
     let machine_template = if c.v2() {
         json!({"spec": {"infrastructureRef": infra_ref}})
@@ -289,10 +320,14 @@ pub fn render(c: &ClusterInput) -> Vec<Value> {
     // Workers.
     for ng in &c.workers {
         let ng_name = object_name(s, &ng.name);
-        let machine = json!({"template": {"spec": c.machine_spec(&ng.flavor, &ng.image)}});
+        let machine = json!({"template": {"spec": c.machine_spec(&ng.flavor, &ng.image, ng.docker_volume_gb)}});
         let mt = object_name(s, &format!("{}-{}", ng.name, spec_hash(&machine)));
         out.push(json!({"apiVersion": INFRA, "kind": "OpenStackMachineTemplate", "metadata": c.meta(&mt, &[(NODEGROUP_LABEL, &ng.name)]), "spec": machine}));
-        let bootstrap = json!({"template": {"spec": {"joinConfiguration": {"nodeRegistration": c.node_registration(&ng.node_labels, &ng.node_taints)}}}});
+        let mut bootstrap_spec = json!({"joinConfiguration": {"nodeRegistration": c.node_registration(&ng.node_labels, &ng.node_taints)}});
+        if ng.docker_volume_gb.is_some() {
+            container_storage(&mut bootstrap_spec);
+        }
+        let bootstrap = json!({"template": {"spec": bootstrap_spec}});
         let bt = object_name(s, &format!("{}-{}", ng.name, spec_hash(&bootstrap)));
         out.push(json!({"apiVersion": c.bootstrap_api(), "kind": "KubeadmConfigTemplate", "metadata": c.meta(&bt, &[(NODEGROUP_LABEL, &ng.name)]), "spec": bootstrap}));
         let mut template_spec = json!({"clusterName": s, "version": c.labels.kube_version,

@@ -179,6 +179,12 @@ pub fn cluster_input(
             )
         })
     };
+    // `docker_volume_size` (GiB) of a nodegroup; 0 or NULL: none.
+    let docker = |ng: &MagnumObject| {
+        ng.get_i64("docker_volume_size")
+            .filter(|n| *n > 0)
+            .and_then(|n| u32::try_from(n).ok())
+    };
     let count = |ng: &MagnumObject| -> Result<u32, String> {
         u32::try_from(ng.get_i64("node_count").unwrap_or(0)).map_err(|_| {
             format!(
@@ -218,6 +224,7 @@ pub fn cluster_input(
             flavor: flavor(ng)?,
             image: image(ng)?,
             count: count(ng)?,
+            docker_volume_gb: docker(ng),
             node_labels: dict(ng.get("node_labels")),
             node_taints: taints,
         });
@@ -240,6 +247,7 @@ pub fn cluster_input(
         master_image: image(master)?,
         master_flavor: flavor(master)?,
         master_count,
+        master_docker_volume_gb: docker(master),
         keypair: opt(cluster, "keypair").or_else(|| opt(template, "keypair_id")),
         external_network_id: opt(template, "external_network_id"),
         fixed_network: opt(cluster, "fixed_network").or_else(|| opt(template, "fixed_network")),

@@ -117,6 +117,12 @@ impl Ctx<'_> {
             .map(|r| self.s.snapshot(r))
             .unwrap_or_default()
     }
+    /// Objects in `ns` with all these labels (indexed, no full scan).
+    fn labelled(&self, group: &str, plural: &str, ns: &str, pairs: &[(&str, &str)]) -> Vec<Value> {
+        self.res(group, plural)
+            .map(|r| self.s.labelled(r, ns, pairs))
+            .unwrap_or_default()
+    }
     fn get(&self, group: &str, plural: &str, ns: &str, name: &str) -> Option<Value> {
         let r = self.res(group, plural)?;
         self.s.get(r, Some(ns), name).ok()
@@ -333,12 +339,14 @@ fn reconcile_mhc(c: &mut Ctx<'_>, cur: Value) {
         .unwrap_or("")
         .to_string();
     let targets: Vec<Value> = c
-        .all("cluster.x-k8s.io", "machines")
+        .labelled(
+            "cluster.x-k8s.io",
+            "machines",
+            &ns,
+            &[(CLUSTER_LABEL, &cluster)],
+        )
         .into_iter()
-        .filter(|m| {
-            meta(m, "namespace") == Some(&ns)
-                && m.pointer("/spec/clusterName").and_then(Value::as_str) == Some(&cluster)
-        })
+        .filter(|m| m.pointer("/spec/clusterName").and_then(Value::as_str) == Some(&cluster))
         .filter(|m| selector_matches(cur.pointer("/spec/selector"), m))
         .filter(|m| !deleting(m))
         .collect();
@@ -376,17 +384,31 @@ fn reconcile_hcp(c: &mut Ctx<'_>, cur: Value) {
     }
     let (ns, name) = key(&cur);
     let uid = meta(&cur, "uid").unwrap_or("").to_string();
-    let clusters: Vec<Value> = c
-        .all("cluster.x-k8s.io", "clusters")
-        .into_iter()
-        .filter(|cl| {
-            meta(cl, "namespace") == Some(&ns)
-                && !deleting(cl)
-                && selector_matches(cur.pointer("/spec/clusterSelector"), cl)
+    let match_labels: Vec<(String, String)> = cur
+        .pointer("/spec/clusterSelector/matchLabels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
         })
+        .unwrap_or_default();
+    let pairs: Vec<(&str, &str)> = match_labels
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let clusters: Vec<Value> = c
+        .labelled("cluster.x-k8s.io", "clusters", &ns, &pairs)
+        .into_iter()
+        .filter(|cl| !deleting(cl) && selector_matches(cur.pointer("/spec/clusterSelector"), cl))
         .collect();
     let existing: Vec<Value> = c
-        .all("addons.cluster.x-k8s.io", "helmreleaseproxies")
+        .labelled(
+            "addons.cluster.x-k8s.io",
+            "helmreleaseproxies",
+            &ns,
+            &[("helmchartproxy.addons.cluster.x-k8s.io/name", &name)],
+        )
         .into_iter()
         .filter(|h| owned_by(h, &uid))
         .collect();
@@ -641,10 +663,14 @@ fn reconcile_cluster(c: &mut Ctx<'_>, cur: Value) {
         {
             c.delete("cluster.x-k8s.io", "machinedeployments", &md);
         }
-        let machines_left = c
-            .all("cluster.x-k8s.io", "machines")
-            .iter()
-            .any(|m| label(m, CLUSTER_LABEL) == Some(&name) && meta(m, "namespace") == Some(&ns));
+        let machines_left = !c
+            .labelled(
+                "cluster.x-k8s.io",
+                "machines",
+                &ns,
+                &[(CLUSTER_LABEL, &name)],
+            )
+            .is_empty();
         if machines_left || kcp.is_some() {
             next["status"]["phase"] = json!("Deleting");
             c.write("cluster.x-k8s.io", "clusters", &cur, next);
@@ -853,7 +879,12 @@ fn reconcile_kcp(c: &mut Ctx<'_>, cur: Value) {
     let (ns, name) = key(&cur);
     let uid = meta(&cur, "uid").unwrap_or("").to_string();
     let machines: Vec<Value> = c
-        .all("cluster.x-k8s.io", "machines")
+        .labelled(
+            "cluster.x-k8s.io",
+            "machines",
+            &ns,
+            &[("cluster.x-k8s.io/control-plane-name", &name)],
+        )
         .into_iter()
         .filter(|m| owned_by(m, &uid))
         .collect();
@@ -991,7 +1022,12 @@ fn reconcile_md(c: &mut Ctx<'_>, cur: Value) {
     let (ns, name) = key(&cur);
     let uid = meta(&cur, "uid").unwrap_or("").to_string();
     let sets: Vec<Value> = c
-        .all("cluster.x-k8s.io", "machinesets")
+        .labelled(
+            "cluster.x-k8s.io",
+            "machinesets",
+            &ns,
+            &[(DEPLOYMENT_LABEL, &name)],
+        )
         .into_iter()
         .filter(|s| owned_by(s, &uid))
         .collect();
@@ -1132,7 +1168,7 @@ fn reconcile_ms(c: &mut Ctx<'_>, cur: Value) {
     let (ns, name) = key(&cur);
     let uid = meta(&cur, "uid").unwrap_or("").to_string();
     let machines: Vec<Value> = c
-        .all("cluster.x-k8s.io", "machines")
+        .labelled("cluster.x-k8s.io", "machines", &ns, &[(SET_LABEL, &name)])
         .into_iter()
         .filter(|m| owned_by(m, &uid))
         .collect();

@@ -1223,6 +1223,35 @@ impl Store {
     pub fn snapshot(&self, res: usize) -> Vec<Value> {
         self.objects[res].values().cloned().collect()
     }
+
+    /// Objects of `res` in `ns` carrying every `(key, value)` label, found
+    /// through the label index (controllers look up a cluster's objects
+    /// without scanning, and cloning, every object of the kind).
+    pub fn labelled(&self, res: usize, ns: &str, pairs: &[(&str, &str)]) -> Vec<Value> {
+        let mut keys: Option<BTreeSet<&ObjKey>> = None;
+        for (k, v) in pairs {
+            let set: BTreeSet<&ObjKey> = self.by_label[res]
+                .get(&(k.to_string(), v.to_string()))
+                .map(|s| s.iter().collect())
+                .unwrap_or_default();
+            keys = Some(match keys {
+                None => set,
+                Some(a) => a.intersection(&set).copied().collect(),
+            });
+        }
+        match keys {
+            Some(keys) => keys
+                .into_iter()
+                .filter(|k| k.0 == ns)
+                .filter_map(|k| self.objects[res].get(k).cloned())
+                .collect(),
+            None => self.objects[res]
+                .iter()
+                .filter(|(k, _)| k.0 == ns)
+                .map(|(_, v)| v.clone())
+                .collect(),
+        }
+    }
 }
 
 #[cfg(test)]
