@@ -57,7 +57,7 @@ pid=$!
 for _ in $(seq 1 100); do curl -sf localhost:19323/readyz >/dev/null 2>&1 && break; sleep 0.1; done
 curl -sf localhost:19323/readyz >/dev/null || { cat "$work/conductor.log"; exit 1; }
 
-py() { "$MAGNUM_VENV/bin/python" "$@"; }
+py() { "$MAGNUM_VENV/bin/python" "$@" 2> >(grep -v "Using RPC transport for notifications" >&2); }
 lc() { py tests/python/lifecycle_client.py "$work/magnum.conf" "$@" | tail -n 1; }
 field() { py -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 
@@ -69,7 +69,8 @@ echo "--- cluster template $template (inserted with Magnum's objects)"
 uuid=$(lc create "$template" '{"master_count": 3, "node_count": 2, "cluster": {"name": "demo"}}' | field 'd["uuid"]')
 echo "--- cluster_create cast for cluster $uuid (3 masters, 2 workers)"
 last=""
-for _ in $(seq 1 300); do
+deadline=$((SECONDS + 120))
+while [ $SECONDS -lt $deadline ]; do
   got=$(lc get "$uuid")
   now=$(echo "$got" | field '"%s  %s" % (d["cluster"]["status"], d["cluster"]["status_reason"] or "")')
   [ "$now" != "$last" ] && echo "    $now" && last=$now
@@ -86,8 +87,10 @@ py tests/python/cert_client.py "$work/magnum.conf" coe-config "$uuid" "$work/kub
 grep -E "server:|current-context" "$work/kube/config" | sed 's/^/    /'
 
 echo "--- cluster_delete cast"
+lc delete "$uuid" > /dev/null
 last=""
-for _ in $(seq 1 300); do
+deadline=$((SECONDS + 120))
+while [ $SECONDS -lt $deadline ]; do
   got=$(lc get "$uuid")
   now=$(echo "$got" | field '"%s  %s" % (d["cluster"]["status"], d["cluster"]["status_reason"] or "") if d["cluster"] else "gone"')
   [ "$now" != "$last" ] && echo "    $now" && last=$now

@@ -42,6 +42,12 @@ pub async fn client(opts: &CapiOpts) -> Result<Client, MgmtError> {
             .await
             .map_err(|e| MgmtError::Config(e.to_string()))?,
     };
+    let mut config = config;
+    // Named in the apiserver's audit log and request metrics.
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(concat!("magnum-conductor/", env!("CARGO_PKG_VERSION"))),
+    ));
     Client::try_from(config).map_err(MgmtError::Api)
 }
 
