@@ -16,6 +16,41 @@ use crate::capi::render::CapiLine;
 
 pub const FIELD_MANAGER: &str = "magnum-conductor";
 
+/// Whether a management-cluster error is worth another try: the request
+/// never got an answer (connection refused or reset, timeout), or the
+/// apiserver asked us to come back (429, 5xx). Validation errors, conflicts
+/// and "not found" are answers: they are returned at once.
+pub fn is_transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+/// Run a management-cluster request, retrying transient failures with
+/// exponential backoff (0.2 s doubling to 5 s, 8 retries: about 25 s) so a
+/// restarting or overloaded apiserver does not fail a cluster operation.
+pub async fn with_retries<T, F, Fut>(what: &str, op: F) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    use backon::Retryable;
+    let backoff = backon::ExponentialBuilder::default()
+        .with_min_delay(std::time::Duration::from_millis(200))
+        .with_max_delay(std::time::Duration::from_secs(5))
+        .with_max_times(8)
+        .with_jitter();
+    op.retry(backoff)
+        .sleep(tokio::time::sleep)
+        .when(is_transient)
+        .notify(|e, after| {
+            tracing::warn!(operation = what, error = %e, retry_in = ?after, "management cluster request failed, retrying");
+        })
+        .await
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum MgmtError {
     #[error("management cluster configuration: {0}")]
@@ -104,7 +139,10 @@ impl Applier {
         }
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
         let gvk = GroupVersionKind::gvk(group, version, kind);
-        let (ar, _) = kube::discovery::pinned_kind(&self.client, &gvk).await?;
+        let (ar, _) = with_retries("discovery", || {
+            kube::discovery::pinned_kind(&self.client, &gvk)
+        })
+        .await?;
         self.resources.lock().await.insert(key, ar.clone());
         Ok(ar)
     }
@@ -126,6 +164,54 @@ impl Applier {
         };
         let mut pp = PatchParams::apply(FIELD_MANAGER);
         pp.field_validation = Some(ValidationDirective::Strict);
-        Ok(api.patch(name, &pp, &Patch::Apply(obj)).await?)
+        let patch = Patch::Apply(obj);
+        Ok(with_retries("apply", || api.patch(name, &pp, &patch)).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16) -> kube::Error {
+        kube::Error::Api(Box::new(
+            kube::core::Status::failure("x", "y").with_code(code),
+        ))
+    }
+
+    #[test]
+    fn only_unanswered_or_overloaded_requests_are_retried() {
+        assert!(is_transient(&api(429)));
+        assert!(is_transient(&api(503)));
+        assert!(is_transient(&api(500)));
+        assert!(!is_transient(&api(422)), "a refusal is an answer");
+        assert!(!is_transient(&api(409)));
+        assert!(!is_transient(&api(404)));
+    }
+
+    #[tokio::test]
+    async fn retries_until_the_apiserver_answers() {
+        let calls = std::sync::atomic::AtomicU32::new(0);
+        let r = with_retries("test", || async {
+            match calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                0 | 1 => Err(api(503)),
+                _ => Ok(7),
+            }
+        })
+        .await;
+        assert_eq!(r.unwrap(), 7);
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+        let calls = std::sync::atomic::AtomicU32::new(0);
+        let r: Result<(), _> = with_retries("test", || async {
+            calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Err(api(422))
+        })
+        .await;
+        assert!(r.is_err());
+        assert_eq!(
+            calls.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "no retry"
+        );
     }
 }

@@ -164,8 +164,11 @@ fn rendered_objects_are_strict_valid_on_both_lines() {
 }
 
 #[test]
-fn docker_volume_size_is_a_containerd_volume() {
-    for capi in [CapiLine::V1beta1, CapiLine::V1beta2] {
+fn docker_volume_size_and_flavor_ids() {
+    for (line, capi) in [
+        (Line::V1beta1, CapiLine::V1beta1),
+        (Line::V1beta2, CapiLine::V1beta2),
+    ] {
         let objs = render(&input(capi, &[], true));
         let of =
             |kind: &str| -> Vec<&Value> { objs.iter().filter(|o| o["kind"] == kind).collect() };
@@ -186,6 +189,21 @@ fn docker_volume_size_is_a_containerd_volume() {
         assert_eq!(kct["diskSetup"]["filesystems"][0]["label"], "containerd");
         let kcp = &of("KubeadmControlPlane")[0]["spec"]["kubeadmConfigSpec"];
         assert_eq!(kcp["mounts"][0][0], "LABEL=containerd");
+        // Flavors: names as `flavor`, UUIDs as `flavorID`.
+        assert_eq!(omts[0]["spec"]["template"]["spec"]["flavor"], "m1.medium");
+        let mut by_id = input(capi, &[], true);
+        by_id.master_flavor = "8c2e0a31-5f4b-4d8e-9a7c-1b2c3d4e5f60".into();
+        let objs = render(&by_id);
+        let omt = objs
+            .iter()
+            .find(|o| o["kind"] == "OpenStackMachineTemplate")
+            .unwrap();
+        assert_eq!(
+            omt["spec"]["template"]["spec"]["flavorID"],
+            "8c2e0a31-5f4b-4d8e-9a7c-1b2c3d4e5f60"
+        );
+        assert!(omt["spec"]["template"]["spec"].get("flavor").is_none());
+        check(line, capi, &objs);
         // Without it: no volume, no disk setup.
         let plain = render(&input(capi, &[], false));
         let kcp = plain

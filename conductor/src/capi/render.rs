@@ -151,7 +151,12 @@ impl ClusterInput {
         }
     }
     fn machine_spec(&self, flavor: &str, image: &str, docker_volume_gb: Option<u32>) -> Value {
-        let mut spec = json!({"flavor": flavor, "image": self.image(image)});
+        // Magnum holds a flavor name or id: a UUID is an id (CAPO `flavorID`).
+        let mut spec = if uuid::Uuid::try_parse(flavor).is_ok() {
+            json!({"flavorID": flavor, "image": self.image(image)})
+        } else {
+            json!({"flavor": flavor, "image": self.image(image)})
+        };
         if let Some(gb) = docker_volume_gb {
             // Attached after the root disk: the guest's second virtio disk.
             let mut volume = json!({});

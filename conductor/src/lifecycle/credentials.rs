@@ -150,7 +150,12 @@ impl Credentials {
         };
         let secrets: Api<KubeSecret> = Api::namespaced(client.clone(), &input.namespace);
         let name = object_name(&input.stack_id, "cloud-credentials");
-        if let Some((id, secret, url)) = secrets.get_opt(&name).await?.as_ref().and_then(stored) {
+        if let Some((id, secret, url)) =
+            crate::mgmt::with_retries("read credentials", || secrets.get_opt(&name))
+                .await?
+                .as_ref()
+                .and_then(stored)
+        {
             return Ok(self.cloud(url, id, secret));
         }
         let ctx = ctx.ok_or(CredentialError::NeedsRequest)?;
@@ -181,7 +186,12 @@ impl Credentials {
         };
         let secrets: Api<KubeSecret> = Api::namespaced(client.clone(), namespace);
         let name = object_name(stack_id, "cloud-credentials");
-        let Some((id, _, _)) = secrets.get_opt(&name).await?.as_ref().and_then(stored) else {
+        let Some((id, _, _)) =
+            crate::mgmt::with_retries("read credentials", || secrets.get_opt(&name))
+                .await?
+                .as_ref()
+                .and_then(stored)
+        else {
             return Ok(());
         };
         let user = cluster.get_str("user_id").unwrap_or_default();

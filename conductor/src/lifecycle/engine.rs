@@ -656,7 +656,8 @@ impl Engine {
             "clusters",
         );
         let api: Api<DynamicObject> = Api::namespaced_with(self.0.client.clone(), &ns, &ar);
-        match api.delete(stack_id, &DeleteParams::background()).await {
+        let dp = DeleteParams::background();
+        match crate::mgmt::with_retries("delete cluster", || api.delete(stack_id, &dp)).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(e.into()),
@@ -685,11 +686,14 @@ impl Engine {
         let secrets: Api<k8s_openapi::api::core::v1::Secret> =
             Api::namespaced(self.0.client.clone(), &ns);
         let lp = ListParams::default().labels(&format!("{UUID_LABEL}={uuid}"));
-        for s in secrets.list_metadata(&lp).await?.items {
+        let listed =
+            crate::mgmt::with_retries("list secrets", || secrets.list_metadata(&lp)).await?;
+        let dp = DeleteParams::default();
+        for s in listed.items {
             let Some(name) = s.metadata.name else {
                 continue;
             };
-            match secrets.delete(&name, &DeleteParams::default()).await {
+            match crate::mgmt::with_retries("delete secret", || secrets.delete(&name, &dp)).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => return Err(e.into()),
