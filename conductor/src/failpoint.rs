@@ -1,18 +1,28 @@
-//! Crash points for the restart tests: with `MAGNUM_CONDUCTOR_FAILPOINT=<name>`
-//! in the environment, the process aborts (no cleanup, no acknowledgement,
-//! like `kill -9`) the first time it reaches the point called `<name>`.
-//! Unset (always, in production) it is one cached comparison.
+//! Crash points for the restart tests. With `MAGNUM_CONDUCTOR_FAILPOINT=<name>`
+//! in the environment, the first time the process reaches the point called
+//! `<name>` it stops itself with SIGSTOP: every thread freezes at once, before
+//! the next step runs, so the test can `kill -9` it there (no cleanup, no
+//! acknowledgement, no later step of the same operation). Unset (always, in
+//! production) a hit is one cached comparison.
 
 use std::sync::OnceLock;
 
 static ARMED: OnceLock<Option<String>> = OnceLock::new();
 
-/// Abort here if this point is armed.
+/// Freeze the whole process here if this point is armed.
 pub fn hit(name: &str) {
     let armed = ARMED.get_or_init(|| std::env::var("MAGNUM_CONDUCTOR_FAILPOINT").ok());
     if armed.as_deref() == Some(name) {
-        tracing::error!(failpoint = name, "failpoint reached: aborting");
-        eprintln!("magnum-conductor: failpoint {name} reached: aborting");
+        tracing::error!(failpoint = name, "failpoint reached: stopping for kill -9");
+        eprintln!("magnum-conductor: failpoint {name} reached: stopping (SIGSTOP) for kill -9");
+        // SAFETY: raise(3) takes a plain signal number and touches no memory of ours.
+        let rc = unsafe { libc::raise(libc::SIGSTOP) };
+        if rc != 0 {
+            // Cannot stop: die here instead, which is as abrupt.
+            std::process::abort();
+        }
+        // Resumed by SIGCONT instead of killed: the test did not want the
+        // process to carry on from a failpoint.
         std::process::abort();
     }
 }

@@ -1,7 +1,8 @@
 """kill -9 of the conductor at 8 points of create and delete, then a restart.
 
 Each point is a failpoint (MAGNUM_CONDUCTOR_FAILPOINT) where the process
-aborts: no cleanup, no acknowledgement, as with SIGKILL. A fresh conductor
+freezes itself (SIGSTOP); the test then sends it SIGKILL, so it dies exactly
+there: no cleanup, no acknowledgement, no later step. A fresh conductor
 must finish the operation: the cast comes back from the broker when it was
 not yet acknowledged, and clusters left *_IN_PROGRESS (or DELETE_COMPLETE
 with rows left) are resumed at startup. Every cluster ends in the right
@@ -9,7 +10,9 @@ state with exactly one of each object, four keypairs, and nothing left after
 its delete.
 """
 import json
+import os
 import signal
+import time
 
 import pytest
 
@@ -29,8 +32,25 @@ def env(tmp_path_factory):
 
 
 def died(env):
-    rc = env.conductor.proc.wait(60)
-    assert rc == -signal.SIGABRT, f"conductor exited with {rc}, not at the failpoint"
+    """Wait until the conductor has frozen at its failpoint, then kill -9 it."""
+    proc = env.conductor.proc
+    deadline = time.time() + 60
+    while proc_state(proc.pid) != "T":
+        assert proc.poll() is None, f"conductor exited with {proc.returncode} before the failpoint"
+        assert time.time() < deadline, "the conductor never reached the failpoint"
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    rc = proc.wait(30)
+    assert rc == -signal.SIGKILL, f"conductor exited with {rc}, not by kill -9 at the failpoint"
+
+
+def proc_state(pid):
+    """The state letter of /proc/<pid>/stat (T: stopped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return "?"
 
 
 def objects_of(env, uuid):
