@@ -2,7 +2,9 @@
 //! in the environment, the first time the process reaches the point called
 //! `<name>` it stops itself with SIGSTOP: every thread freezes at once, before
 //! the next step runs, so the test can `kill -9` it there (no cleanup, no
-//! acknowledgement, no later step of the same operation). Unset (always, in
+//! acknowledgement, no later step of the same operation). With
+//! `<name>:sleep=<ms>`, [`delay`] at that point waits that long instead (a slow
+//! handler, for the call-monitor heartbeat test). Unset (always, in
 //! production) a hit is one cached comparison.
 
 use std::sync::OnceLock;
@@ -24,5 +26,22 @@ pub fn hit(name: &str) {
         // Resumed by SIGCONT instead of killed: the test did not want the
         // process to carry on from a failpoint.
         std::process::abort();
+    }
+}
+
+/// Wait here if the point `<scope>.<name>` is armed with `...:sleep=<ms>`.
+pub async fn delay(scope: &str, name: &str) {
+    let armed = ARMED.get_or_init(|| std::env::var("MAGNUM_CONDUCTOR_FAILPOINT").ok());
+    let Some((point, ms)) = armed.as_deref().and_then(|a| a.split_once(":sleep=")) else {
+        return;
+    };
+    if point.split_once('.') == Some((scope, name)) {
+        match ms.parse::<u64>() {
+            Ok(ms) => {
+                tracing::warn!(failpoint = point, ms, "failpoint reached: sleeping");
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            }
+            Err(_) => tracing::warn!(failpoint = point, "failpoint sleep is not a number of ms"),
+        }
     }
 }

@@ -508,7 +508,10 @@ async fn run_handler<H: Handlers>(
         durable,
     };
     let handlers = shared.handlers.clone();
-    let mut task = tokio::spawn(async move { handlers.handle(req).await });
+    let mut task = tokio::spawn(async move {
+        crate::failpoint::delay("handle", method).await;
+        handlers.handle(req).await
+    });
     let heartbeat_every = incoming
         .call_monitor_timeout
         .map(|t| t.trunc() / 2.0)

@@ -183,11 +183,11 @@ class PythonConductor:
         self.log.close()
 
 
-def start_conductor(tmpdir, vhost, rabbit="", extra_default=""):
+def start_conductor(tmpdir, vhost, rabbit="", extra_default="", env=None):
     conf = os.path.join(tmpdir, "rust.conf")
     port = free_port()
     write_conf(conf, vhost, extra_default=extra_default, rabbit=rabbit, extra=f"[metrics]\nlisten = 127.0.0.1:{port}\n")
-    return Conductor(conf, port, os.path.join(tmpdir, "rust-conductor.log"))
+    return Conductor(conf, port, os.path.join(tmpdir, "rust-conductor.log"), env=env)
 
 
 _client_ready = {}

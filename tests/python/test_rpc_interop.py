@@ -16,6 +16,7 @@ def env(session_tmp):
     client_conf = os.path.join(session_tmp, "client.conf")
     write_conf(client_conf, vhost)
     magnum_client(client_conf)
+    conductor.vhost = vhost
     yield conductor
     assert conductor.stop() == 0, "conductor must exit cleanly on SIGTERM"
     rabbitmqctl("delete_vhost", vhost)
@@ -140,3 +141,26 @@ def test_object_arguments_round_trip(env):
     with pytest.raises(exception.X509KeyPairNotFound) as info:
         api.API(context=ctx).sign_certificate(cluster, cert)
     assert info.value.code == 404 and "A key pair None could not be found." in str(info.value)
+
+
+def test_call_monitor_heartbeats_keep_a_slow_call_alive(env, tmp_path):
+    """oslo's call_monitor_timeout: the client sends `_timeout` and gives up after
+    that long without news. A second conductor on the same vhost answers ping
+    after 5 s (a sleep failpoint); its heartbeats every 1 s keep Magnum's client
+    waiting with a 2 s monitor timeout, and the call returns."""
+    import oslo_messaging
+    from magnum.common import rpc
+
+    slow = start_conductor(str(tmp_path), env.vhost,
+                           env={"MAGNUM_CONDUCTOR_FAILPOINT": "handle.ping_conductor:sleep=5000"})
+    try:
+        client = rpc.get_client(oslo_messaging.Target(topic="magnum-conductor", server=slow.server_id), timeout=30)
+        started = time.time()
+        assert client.prepare(call_monitor_timeout=2).call(context(), "ping_conductor") is True
+        assert time.time() - started >= 5
+        assert slow.metric("magnum_conductor_rpc_replies_total", type="heartbeat") >= 3
+        # Without heartbeats oslo's monitor gives up: a plain 2 s timeout fails.
+        with pytest.raises(oslo_messaging.MessagingTimeout):
+            client.prepare(timeout=2).call(context(), "ping_conductor")
+    finally:
+        assert slow.stop() == 0
