@@ -9,6 +9,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.request
 import uuid
 import warnings
@@ -112,12 +113,12 @@ def write_conf(path, vhost, extra_default="", rabbit="", extra="", db_url=None):
 class Conductor:
     """Our conductor as a subprocess, with its metrics endpoint."""
 
-    def __init__(self, conf_path, metrics_port, log_path, env=None):
+    def __init__(self, conf_path, metrics_port, log_path, env=None, wait=True):
         self.metrics_url = f"http://127.0.0.1:{metrics_port}"
         self.log = open(log_path, "a")
         self.proc = subprocess.Popen([CONDUCTOR_BIN, "--config-file", conf_path], stdout=self.log,
                                      stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
-        self.server_id = self.wait_ready()["server"]
+        self.server_id = self.wait_ready()["server"] if wait else None
 
     def wait_ready(self, timeout=30):
         deadline = time.time() + timeout
@@ -141,6 +142,20 @@ class Conductor:
             if all(f'{k}="{v}"' in line for k, v in labels.items()):
                 total += float(line.rsplit(" ", 1)[1])
         return total
+
+    def metric_or_none(self, name, **labels):
+        """The metric, or None while the endpoint is not up yet."""
+        try:
+            return self.metric(name, **labels)
+        except OSError:
+            return None
+
+    def readyz_status(self):
+        try:
+            with urllib.request.urlopen(self.metrics_url + "/readyz", timeout=5) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
 
     def stop(self):
         if self.proc.poll() is None:
