@@ -293,18 +293,27 @@ async fn run_session<H: Handlers>(
     shutdown: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
     stream_offset: &mut Option<i64>,
 ) -> SessionEnd {
+    // Each consumer's stream ends with a `None` marker: `select_all` alone
+    // would only end once *every* consumer is gone, so one queue deleted
+    // under us (the broker cancels its consumer) would go unnoticed.
     let streams = session.consumers.iter().map(|(kind, c)| {
         let kind = *kind;
-        c.clone().map(move |d| (kind, d)).boxed()
+        c.clone()
+            .map(move |d| (kind, Some(d)))
+            .chain(futures_util::stream::once(async move { (kind, None) }))
+            .boxed()
     });
     let mut merged = futures_util::stream::select_all(streams);
     loop {
         tokio::select! {
             _ = shutdown.as_mut() => return SessionEnd::Shutdown,
             next = merged.next() => match next {
-                None => return SessionEnd::Lost("consumer cancelled by the broker".into()),
-                Some((_, Err(e))) => return SessionEnd::Lost(e.to_string()),
-                Some((kind, Ok(delivery))) => {
+                None => return SessionEnd::Lost("every consumer cancelled by the broker".into()),
+                Some((kind, None)) => {
+                    return SessionEnd::Lost(format!("{kind:?} consumer cancelled by the broker"));
+                }
+                Some((_, Some(Err(e)))) => return SessionEnd::Lost(e.to_string()),
+                Some((kind, Some(Ok(delivery)))) => {
                     if kind == ConsumerKind::Fanout
                         && shared.cfg.rabbit.rabbit_stream_fanout
                         && let Some(off) = stream_offset_of(&delivery)

@@ -85,3 +85,47 @@ def test_conductor_survives_broker_restart(tmp_path):
             rabbitmqctl("start_app")
         assert conductor.stop() == 0
         rabbitmqctl("delete_vhost", vhost)
+
+
+def pings_ok(tmp_path, client_conf, server, name, calls=20):
+    out = str(tmp_path / f"{name}.jsonl")
+    p = load(client_conf, server, calls, out, pace=0)
+    assert p.wait(120) == 0
+    got = read_calls(out)
+    return len(got) == calls and all(c["ok"] for c in got)
+
+
+def test_conductor_recovers_from_cancelled_consumers_and_closed_connections(tmp_path):
+    """The broker cancels our consumer (its queue deleted by an operator) and
+    force-closes our connection: each time the conductor re-declares and
+    re-consumes, and Magnum's client gets answers again."""
+    vhost = new_vhost("cancel")
+    conductor = start_conductor(str(tmp_path), vhost)
+    client_conf = str(tmp_path / "client.conf")
+    write_conf(client_conf, vhost)
+    server_queue = f"magnum-conductor.{conductor.server_id}"
+    try:
+        assert pings_ok(tmp_path, client_conf, conductor.server_id, "before")
+        reconnects = conductor.metric("magnum_conductor_amqp_reconnects_total")
+
+        rabbitmqctl("delete_queue", "--vhost", vhost, server_queue)
+        wait_until(lambda: server_queue in rabbitmqctl("list_queues", "-p", vhost, "name").split(), 30,
+                   "the server queue to be declared again")
+        wait_until(lambda: conductor.metric("magnum_conductor_amqp_connected") == 1, 30, "the conductor to consume")
+        assert pings_ok(tmp_path, client_conf, conductor.server_id, "after-cancel")
+        assert conductor.metric("magnum_conductor_amqp_reconnects_total") > reconnects
+        reconnects = conductor.metric("magnum_conductor_amqp_reconnects_total")
+
+        rabbitmqctl("close_all_connections", "--vhost", vhost, "test: forced close")
+        wait_until(lambda: conductor.metric("magnum_conductor_amqp_reconnects_total") > reconnects, 30,
+                   "the conductor to reconnect")
+        wait_until(lambda: conductor.metric("magnum_conductor_amqp_connected") == 1, 30, "the conductor to consume")
+        assert pings_ok(tmp_path, client_conf, conductor.server_id, "after-close")
+        assert conductor.proc.poll() is None, "the conductor died"
+        # The connections it gave up were closed, not leaked.
+        ours = [line for line in rabbitmqctl("list_connections", "vhost", "client_properties").splitlines()
+                if line.startswith(vhost + "\t") and "magnum-conductor:" in line]
+        assert len(ours) == 1, ours
+    finally:
+        assert conductor.stop() == 0
+        rabbitmqctl("delete_vhost", vhost)
