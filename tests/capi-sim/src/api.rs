@@ -232,6 +232,10 @@ fn admin(sim: &Sim, method: &Method, path: &str, body: &Bytes) -> Option<Respons
             });
             ok(json!({"status": "compacted"}))
         }
+        ("POST", "/_sim/watches/drop") => {
+            sim.drop_watches();
+            ok(json!({"status": "dropped"}))
+        }
         ("GET", "/_sim/dump") => ok(sim.read(|s| s.dump())),
         ("GET", "/_sim/requests") => ok(sim.request_counts()),
         ("POST", "/_sim/controllers/pause" | "/_sim/controllers/resume") => {
@@ -632,6 +636,8 @@ struct Watch {
     done: bool,
     /// Injected: close the stream after this many more events.
     drop_after: Option<usize>,
+    /// Changes when every open watch is to end (`POST /_sim/watches/drop`).
+    kill: tokio::sync::watch::Receiver<u64>,
 }
 
 impl Watch {
@@ -689,6 +695,7 @@ async fn watch(
         .and_then(|t| t.parse::<u64>().ok())
         .unwrap_or(1800);
     let bookmarks = param("allowWatchBookmarks").is_some_and(|b| b == "true");
+    let kill = sim.watch_epoch();
     let ((replay, kind, now), rx) = sim.subscribe_with(|s| {
         let kind = s.resources[res].kind.clone();
         let replay = match from {
@@ -712,6 +719,7 @@ async fn watch(
         last_rv: from.unwrap_or(now),
         done: false,
         drop_after,
+        kill,
     };
     match replay {
         Err(e) => {
@@ -757,6 +765,7 @@ async fn watch(
             let bookmark = tokio::time::sleep(w.bookmark_every);
             tokio::select! {
                 _ = tokio::time::sleep_until(w.deadline) => return None,
+                Ok(()) = w.kill.changed() => return None,
                 _ = bookmark, if w.bookmarks => {
                     let b = json!({"type": "BOOKMARK", "object": {"kind": w.kind, "apiVersion": w.api_version, "metadata": {"resourceVersion": w.last_rv.to_string()}}});
                     w.pending.push_back(b);

@@ -45,6 +45,8 @@ pub struct Sim {
     pub paused: Arc<std::sync::atomic::AtomicBool>,
     /// Requests served, by (client, verb): `GET /_sim/requests`.
     requests: Arc<Mutex<std::collections::BTreeMap<(String, String), u64>>>,
+    /// Bumped to end every open watch (`POST /_sim/watches/drop`).
+    watch_epoch: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Sim {
@@ -58,7 +60,19 @@ impl Sim {
             controller_errors: Arc::new(Mutex::new(Vec::new())),
             requests: Arc::new(Mutex::new(std::collections::BTreeMap::new())),
             paused: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            watch_epoch: Arc::new(tokio::sync::watch::Sender::new(0)),
         }
+    }
+
+    /// End every open watch stream now, as an apiserver restart or a load
+    /// balancer timeout does; clients must re-watch (and relist on 410).
+    pub fn drop_watches(&self) {
+        self.watch_epoch.send_modify(|e| *e += 1);
+    }
+
+    /// A receiver that changes when [`Sim::drop_watches`] is called.
+    pub fn watch_epoch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.watch_epoch.subscribe()
     }
 
     /// Count one request of `client` (its User-Agent product) and `verb`.

@@ -707,6 +707,31 @@ async fn faults_are_what_the_client_sees() {
         other => panic!("expected 410, got {other:?}"),
     }
     assert!(sim.faults.rules().is_empty(), "every rule fired its count");
+
+    // Every open watch ended at once (an apiserver restart): the streams end.
+    let mut a = api
+        .watch(&WatchParams::default().timeout(30), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let mut b = api
+        .watch(&WatchParams::default().timeout(30), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    sim.drop_watches();
+    for s in [&mut a, &mut b] {
+        let end = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                match s.try_next().await {
+                    Ok(Some(WatchEvent::Bookmark(_))) => continue,
+                    other => return other.map(|e| e.is_none()),
+                }
+            }
+        })
+        .await;
+        assert!(matches!(end, Ok(Ok(true))), "the stream must end: {end:?}");
+    }
 }
 
 #[tokio::test]
