@@ -15,18 +15,40 @@ use tokio::sync::oneshot;
 /// point, and never after. A handler that never signals is acknowledged
 /// when it returns.
 #[derive(Debug)]
-pub struct DurableSignal(Option<oneshot::Sender<()>>);
+pub struct DurableSignal(Option<oneshot::Sender<Durability>>);
+
+/// What a handler tells the server about its message before returning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// The first durable effect is recorded: acknowledge now.
+    Recorded,
+    /// Nothing could be recorded because a dependency (the database) is
+    /// unavailable: give the message back to the broker after a pause rather
+    /// than acknowledge and lose it.
+    RetryLater,
+}
 
 impl DurableSignal {
-    pub fn new() -> (DurableSignal, oneshot::Receiver<()>) {
+    pub fn new() -> (DurableSignal, oneshot::Receiver<Durability>) {
         let (tx, rx) = oneshot::channel();
         (DurableSignal(Some(tx)), rx)
     }
 
     /// The first durable effect is recorded: acknowledge the message now.
     pub fn recorded(&mut self) {
+        self.send(Durability::Recorded);
+    }
+
+    /// Nothing durable happened and it may work later: requeue the message
+    /// (casts; a call gets its failure reply as usual). Ignored once
+    /// [`DurableSignal::recorded`] was called.
+    pub fn retry_later(&mut self) {
+        self.send(Durability::RetryLater);
+    }
+
+    fn send(&mut self, d: Durability) {
         if let Some(tx) = self.0.take() {
-            let _ = tx.send(());
+            let _ = tx.send(d);
         }
     }
 }

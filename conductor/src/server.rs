@@ -33,7 +33,7 @@ use tokio::sync::{Semaphore, watch};
 
 use crate::amqp;
 use crate::dedup::{Dedup, Seen};
-use crate::handlers::{DurableSignal, HandlerRequest, Handlers};
+use crate::handlers::{Durability, DurableSignal, HandlerRequest, Handlers};
 use crate::metrics::{Metrics, method_label};
 use crate::reply::Replier;
 use crate::topology::{self, ArgValue, ConsumerDecl, ConsumerKind};
@@ -449,13 +449,13 @@ async fn process<H: Handlers>(shared: &Arc<Shared<H>>, delivery: Delivery) {
             methods::method(name).is_some() || (ping_enabled && name == methods::PING_METHOD)
         })
         .and_then(|req| ConductorRequest::decode(&req.method, &req.args));
-    let (outcome, acked) = match decoded {
+    let (outcome, state) = match decoded {
         Err(failure) => {
             tracing::warn!(method = label, kind, failure = %failure, "refusing request");
             m.rpc_rejected
                 .with_label_values(&["bad_request", kind])
                 .inc();
-            (Outcome::Failure(failure), false)
+            (Outcome::Failure(failure), AckState::Pending)
         }
         Ok(request) => {
             run_handler(
@@ -468,24 +468,46 @@ async fn process<H: Handlers>(shared: &Arc<Shared<H>>, delivery: Delivery) {
             .await
         }
     };
+    let requeue = state == AckState::Requeue && kind == "cast";
     let outcome_label = match &outcome {
+        _ if requeue => "requeued",
         Outcome::Result(_) => "ok",
         Outcome::Failure(_) => "failure",
     };
-    if let Outcome::Failure(f) = &outcome
-        && kind == "cast"
-    {
-        tracing::warn!(method = label, failure = %f, "cast failed");
-    }
-    if let (Some(msg_id), Some(reply_q)) = (&incoming.msg_id, &incoming.reply_q) {
-        let body = wire_reply::encode_reply(msg_id, &outcome);
-        shared.replier.send(reply_q, msg_id, body, "final").await;
-    }
-    if !acked {
-        ack(&delivery.acker, "done").await;
-    }
-    if let Some(id) = &unique_id {
-        shared.dedup.finish(id);
+    if requeue {
+        // Nothing was recorded and a dependency is down: hand the cast back
+        // to the broker (after a pause, so an outage is not a hot loop) and
+        // let the redelivery run again here or on another conductor.
+        tracing::warn!(method = label, failure = %outcome_failure(&outcome).unwrap_or_default(), retry_in_s = REQUEUE_DELAY.as_secs(),
+            "a dependency is unavailable; the cast goes back to the queue");
+        tokio::time::sleep(REQUEUE_DELAY).await;
+        if let Some(id) = &unique_id {
+            shared.dedup.forget(id);
+        }
+        if let Err(e) = delivery
+            .acker
+            .reject(BasicRejectOptions { requeue: true })
+            .await
+        {
+            // The channel is gone: the broker redelivers it anyway.
+            tracing::warn!(error = %e, "failed to requeue a message");
+        }
+    } else {
+        if let Outcome::Failure(f) = &outcome
+            && kind == "cast"
+        {
+            tracing::warn!(method = label, failure = %f, "cast failed");
+        }
+        if let (Some(msg_id), Some(reply_q)) = (&incoming.msg_id, &incoming.reply_q) {
+            let body = wire_reply::encode_reply(msg_id, &outcome);
+            shared.replier.send(reply_q, msg_id, body, "final").await;
+        }
+        if state != AckState::Acked {
+            ack(&delivery.acker, "done").await;
+        }
+        if let Some(id) = &unique_id {
+            shared.dedup.finish(id);
+        }
     }
     m.rpc_inflight.dec();
     m.rpc_messages
@@ -496,16 +518,38 @@ async fn process<H: Handlers>(shared: &Arc<Shared<H>>, delivery: Delivery) {
         .observe(started.elapsed().as_secs_f64());
 }
 
+/// How long a cast whose handler asked to retry later waits before it goes
+/// back to the queue.
+const REQUEUE_DELAY: Duration = Duration::from_secs(5);
+
+/// Where a message stands when its handler returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AckState {
+    /// Acknowledge when done.
+    Pending,
+    /// Acknowledged on the durable signal already.
+    Acked,
+    /// The handler asked for a retry: requeue (casts).
+    Requeue,
+}
+
+fn outcome_failure(o: &Outcome) -> Option<String> {
+    match o {
+        Outcome::Failure(f) => Some(f.to_string()),
+        Outcome::Result(_) => None,
+    }
+}
+
 /// Run the handler in its own task (a panic becomes a failure reply), with
 /// call-monitor heartbeats and early acknowledgement on the durable signal.
-/// Returns the outcome and whether the message was acknowledged already.
+/// Returns the outcome and where the message stands.
 async fn run_handler<H: Handlers>(
     shared: &Arc<Shared<H>>,
     incoming: &Incoming,
     request: ConductorRequest,
     redelivered: bool,
     acker: &Acker,
-) -> (Outcome, bool) {
+) -> (Outcome, AckState) {
     let method = request.method();
     let (durable, mut durable_rx) = DurableSignal::new();
     let req = HandlerRequest {
@@ -531,7 +575,7 @@ async fn run_handler<H: Handlers>(
     }
     let mut ticker = heartbeat_every
         .map(|every| tokio::time::interval_at(tokio::time::Instant::now() + every, every));
-    let mut acked = false;
+    let mut state = AckState::Pending;
     let mut durable_open = true;
     let outcome = loop {
         tokio::select! {
@@ -549,10 +593,7 @@ async fn run_handler<H: Handlers>(
             signal = &mut durable_rx, if durable_open => {
                 // Closed without a signal: the handler is finishing; ack when done.
                 durable_open = false;
-                if signal.is_ok() {
-                    ack(acker, "durable").await;
-                    acked = true;
-                }
+                state = on_durable(signal.ok(), acker).await;
             }
             _ = async { match ticker.as_mut() { Some(t) => { t.tick().await; } None => std::future::pending().await } } => {
                 if let (Some(msg_id), Some(reply_q)) = (&incoming.msg_id, &incoming.reply_q) {
@@ -561,7 +602,24 @@ async fn run_handler<H: Handlers>(
             }
         }
     };
-    (outcome, acked)
+    if durable_open {
+        // The handler signalled and returned at once: the select saw the end first.
+        if let Ok(d) = durable_rx.try_recv() {
+            state = on_durable(Some(d), acker).await;
+        }
+    }
+    (outcome, state)
+}
+
+async fn on_durable(signal: Option<Durability>, acker: &Acker) -> AckState {
+    match signal {
+        Some(Durability::Recorded) => {
+            ack(acker, "durable").await;
+            AckState::Acked
+        }
+        Some(Durability::RetryLater) => AckState::Requeue,
+        None => AckState::Pending,
+    }
 }
 
 #[cfg(test)]

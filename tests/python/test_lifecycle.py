@@ -112,16 +112,22 @@ STATIC_CREDENTIALS = ("static_auth_url = https://keystone.example.com:5000/v3\n"
 
 
 class Env:
-    def __init__(self, tmp, line, tick_ms=20, credentials=STATIC_CREDENTIALS, extra="", client_env=None):
+    def __init__(self, tmp, line, tick_ms=20, credentials=STATIC_CREDENTIALS, extra="", client_env=None,
+                 conductor_db=None):
+        """`conductor_db`: maps the database URL to the one the conductor
+        uses (e.g. through a proxy); the clients always use the real one."""
         self.tmp = tmp
         self.client_env = client_env or {}
         self.sim = Sim(tmp, line, tick_ms)
         self.vhost = new_vhost("life")
         self.conf = str(tmp / "conductor.conf")
+        self.client_conf = str(tmp / "client.conf")
         self.port = port = free_port()
-        write_conf(self.conf, self.vhost, db_url=new_database("life"),
-                   extra=(f"[metrics]\nlisten = 127.0.0.1:{port}\n"
-                          f"[capi]\nkubeconfig = {self.sim.kubeconfig}\n{credentials}{extra}"))
+        db_url = new_database("life")
+        for path, url in ((self.conf, conductor_db(db_url) if conductor_db else db_url), (self.client_conf, db_url)):
+            write_conf(path, self.vhost, db_url=url,
+                       extra=(f"[metrics]\nlisten = 127.0.0.1:{port}\n"
+                              f"[capi]\nkubeconfig = {self.sim.kubeconfig}\n{credentials}{extra}"))
         self.conductor = Conductor(self.conf, port, str(tmp / "conductor.log"))
         self.template = self.client("template", json.dumps(TEMPLATE))["uuid"]
 
@@ -133,7 +139,7 @@ class Env:
         self.conductor = Conductor(self.conf, self.port, str(self.tmp / "conductor.log"), env=env)
 
     def client(self, *args, project=PROJECT):
-        p = subprocess.run([sys.executable, os.path.join(HERE, "lifecycle_client.py"), self.conf, *args],
+        p = subprocess.run([sys.executable, os.path.join(HERE, "lifecycle_client.py"), self.client_conf, *args],
                            capture_output=True, text=True, timeout=180,
                            env=dict(os.environ, MC_PROJECT=project, **self.client_env))
         if p.returncode != 0:
@@ -143,7 +149,7 @@ class Env:
         return json.loads(p.stdout.strip().splitlines()[-1])
 
     def certs(self, *args):
-        p = subprocess.run([sys.executable, os.path.join(HERE, "cert_client.py"), self.conf, *args],
+        p = subprocess.run([sys.executable, os.path.join(HERE, "cert_client.py"), self.client_conf, *args],
                            capture_output=True, text=True, timeout=180)
         assert p.returncode == 0, p.stderr[-3000:]
         return json.loads(p.stdout.strip().splitlines()[-1])

@@ -89,6 +89,31 @@ impl DbError {
         matches!(self.mysql_code(), Some(1213 | 1205))
     }
 
+    /// The database could not be reached or could not serve the request now
+    /// (connection refused or lost, pool exhausted, server going away, too
+    /// many connections, deadlocks left after retrying, read-only while a
+    /// Galera node resyncs): trying again later may succeed. Data, schema and
+    /// Magnum errors are not transient.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            DbError::Connect { .. } => true,
+            DbError::Sql(
+                sqlx::Error::Io(_)
+                | sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::WorkerCrashed
+                | sqlx::Error::Tls(_),
+            ) => true,
+            DbError::Sql(sqlx::Error::Database(_)) => matches!(
+                self.mysql_code(),
+                // deadlock, lock wait, too many connections, server shutdown,
+                // gone away, lost, read-only, WSREP not ready
+                Some(1213 | 1205 | 1040 | 1053 | 2006 | 2013 | 1290 | 1836 | 1047)
+            ),
+            _ => false,
+        }
+    }
+
     /// How the RPC layer reports it: Magnum classes as themselves, anything
     /// else as Python's oslo.db would surface it (`oslo_db.exception.DBError`,
     /// which the API re-raises as a RemoteError, as with Python's conductor).
@@ -259,6 +284,36 @@ mod tests {
             (f.class.as_str(), f.module.as_str()),
             ("DBError", "oslo_db.exception")
         );
+    }
+
+    #[test]
+    fn transient_errors_are_the_ones_worth_retrying() {
+        assert!(
+            DbError::Connect {
+                url: "u".into(),
+                reason: "refused".into()
+            }
+            .is_transient()
+        );
+        assert!(DbError::Sql(sqlx::Error::PoolTimedOut).is_transient());
+        assert!(
+            DbError::Sql(sqlx::Error::Io(std::io::Error::from(
+                std::io::ErrorKind::ConnectionReset
+            )))
+            .is_transient()
+        );
+        assert!(!DbError::Schema("x".into()).is_transient());
+        assert!(!DbError::magnum("ClusterNotFound", &[]).is_transient());
+        assert!(
+            !DbError::Data {
+                table: "cluster",
+                id: "1".into(),
+                column: "labels",
+                reason: "not JSON".into()
+            }
+            .is_transient()
+        );
+        assert!(!DbError::Sql(sqlx::Error::RowNotFound).is_transient());
     }
 
     #[test]

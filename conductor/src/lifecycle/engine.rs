@@ -61,6 +61,24 @@ pub enum StepError {
     Certificates(String),
 }
 
+/// Why Magnum's create bookkeeping could not be recorded.
+enum InsertError {
+    /// A refusal to answer (the request itself is wrong).
+    Failed(RemoteFailure),
+    /// The database is unavailable: try the whole request again later.
+    Unavailable(DbError),
+}
+
+impl From<DbError> for InsertError {
+    fn from(e: DbError) -> InsertError {
+        if e.is_transient() {
+            InsertError::Unavailable(e)
+        } else {
+            InsertError::Failed(e.to_failure())
+        }
+    }
+}
+
 impl From<kube::Error> for StepError {
     fn from(e: kube::Error) -> StepError {
         StepError::Mgmt(MgmtError::Api(e))
@@ -236,7 +254,14 @@ impl Engine {
                 durable.recorded();
                 return Outcome::Result(Value::Null);
             }
-            Err(f) => return Outcome::Failure(f),
+            Err(InsertError::Failed(f)) => return Outcome::Failure(f),
+            Err(InsertError::Unavailable(e)) => {
+                // Nothing to mark failed (maybe not even a row): the cast
+                // goes back to the queue and runs again once the DB answers.
+                tracing::warn!(%uuid, error = %e, "database unavailable while recording the cluster; retrying later");
+                durable.retry_later();
+                return Outcome::Failure(e.to_failure());
+            }
         }
         crate::failpoint::hit("create.after_rows");
         // Acknowledged once the credentials exist (they need this request's
@@ -268,7 +293,7 @@ impl Engine {
         master_count: i64,
         node_count: i64,
         create_timeout: i64,
-    ) -> Result<bool, RemoteFailure> {
+    ) -> Result<bool, InsertError> {
         let db = &self.0.db;
         let uuid = cast.get_str("uuid").unwrap_or_default().to_string();
         let existing = repo::get(db, &CLUSTER, &Scope::admin(), &uuid).await;
@@ -276,18 +301,19 @@ impl Engine {
             Ok(c) if c.get_str("status") != Some(rows::CREATE_IN_PROGRESS) => return Ok(false),
             Ok(c) => c,
             Err(DbError::Magnum { .. }) => {
-                let mut row = rows::new_cluster_row(cast).map_err(|e| invalid(&e))?;
+                let mut row =
+                    rows::new_cluster_row(cast).map_err(|e| InsertError::Failed(invalid(&e)))?;
                 if !row.is_set("create_timeout") {
                     row.set("create_timeout", json!(create_timeout))
-                        .map_err(|e| invalid(&e.to_string()))?;
+                        .map_err(|e| InsertError::Failed(invalid(&e.to_string())))?;
                 }
                 let c = repo::create(db, &CLUSTER, &row)
                     .await
-                    .map_err(|e| e.to_failure())?;
+                    .map_err(InsertError::from)?;
                 crate::failpoint::hit("create.after_cluster_row");
                 c
             }
-            Err(e) => return Err(e.to_failure()),
+            Err(e) => return Err(e.into()),
         };
         let template_id = cluster
             .get_str("cluster_template_id")
@@ -295,8 +321,8 @@ impl Engine {
             .to_string();
         let template = repo::get(db, &CLUSTER_TEMPLATE, &Scope::admin(), &template_id)
             .await
-            .map_err(|e| e.to_failure())?;
-        let have = self.nodegroups(&uuid).await.map_err(|e| e.to_failure())?;
+            .map_err(InsertError::from)?;
+        let have = self.nodegroups(&uuid).await.map_err(InsertError::from)?;
         for (master, count) in [(true, master_count), (false, node_count)] {
             let name = if master {
                 "default-master"
@@ -318,12 +344,12 @@ impl Engine {
                     // Magnum raises here and leaves the cluster
                     // CREATE_IN_PROGRESS forever; we report it.
                     self.fail(&uuid, "CREATE_FAILED", &reason).await;
-                    return Err(invalid(&reason));
+                    return Err(InsertError::Failed(invalid(&reason)));
                 }
             };
             repo::create(db, &NODEGROUP, &ng)
                 .await
-                .map_err(|e| e.to_failure())?;
+                .map_err(InsertError::from)?;
         }
         Ok(true)
     }
@@ -591,7 +617,13 @@ impl Engine {
     ) -> Outcome {
         let cluster = match repo::get(&self.0.db, &CLUSTER, &Scope::from_context(ctx), uuid).await {
             Ok(c) => c,
-            Err(e) => return Outcome::Failure(e.to_failure()),
+            Err(e) => {
+                if e.is_transient() {
+                    tracing::warn!(%uuid, error = %e, "database unavailable while reading the cluster; retrying later");
+                    durable.retry_later();
+                }
+                return Outcome::Failure(e.to_failure());
+            }
         };
         let uuid = cluster.get_str("uuid").unwrap_or(uuid).to_string();
         let lock = self.lock(&uuid);
@@ -608,6 +640,12 @@ impl Engine {
                 crate::failpoint::hit("delete.after_ack");
                 self.kick_cluster(&c);
                 Outcome::Result(Value::Null)
+            }
+            Err(StepError::Db(e)) if e.is_transient() => {
+                // Every delete step is idempotent: run them again later.
+                tracing::warn!(%uuid, error = %e, "database unavailable while deleting; retrying later");
+                durable.retry_later();
+                Outcome::Failure(e.to_failure())
             }
             Err(e) => {
                 let reason = e.to_string();
