@@ -3,30 +3,42 @@
 //! `<name>` it stops itself with SIGSTOP: every thread freezes at once, before
 //! the next step runs, so the test can `kill -9` it there (no cleanup, no
 //! acknowledgement, no later step of the same operation). With
-//! `<name>:sleep=<ms>`, [`delay`] at that point waits that long instead (a slow
-//! handler, for the call-monitor heartbeat test). Unset (always, in
-//! production) a hit is one cached comparison.
+//! `<name>:sleep=<ms>`, every pass through that point waits that long instead:
+//! a slow handler (call-monitor heartbeat test) or a window in which a test
+//! breaks something (database outage test). Unset (always, in production) a
+//! hit is one cached comparison.
 
 use std::sync::OnceLock;
 
 static ARMED: OnceLock<Option<String>> = OnceLock::new();
 
-/// Freeze the whole process here if this point is armed.
-pub fn hit(name: &str) {
+/// Freeze the whole process here if this point is armed (`<name>`), or
+/// wait if it is armed with `<name>:sleep=<ms>`.
+pub async fn hit(name: &str) {
     let armed = ARMED.get_or_init(|| std::env::var("MAGNUM_CONDUCTOR_FAILPOINT").ok());
-    if armed.as_deref() == Some(name) {
-        tracing::error!(failpoint = name, "failpoint reached: stopping for kill -9");
-        eprintln!("magnum-conductor: failpoint {name} reached: stopping (SIGSTOP) for kill -9");
-        // SAFETY: raise(3) takes a plain signal number and touches no memory of ours.
-        let rc = unsafe { libc::raise(libc::SIGSTOP) };
-        if rc != 0 {
-            // Cannot stop: die here instead, which is as abrupt.
-            std::process::abort();
+    match armed.as_deref() {
+        Some(a) if a == name => stop(name),
+        Some(a) if a.split_once(":sleep=").is_some_and(|(p, _)| p == name) => {
+            if let Some((scope, point)) = name.split_once('.') {
+                delay(scope, point).await;
+            }
         }
-        // Resumed by SIGCONT instead of killed: the test did not want the
-        // process to carry on from a failpoint.
+        _ => {}
+    }
+}
+
+fn stop(name: &str) {
+    tracing::error!(failpoint = name, "failpoint reached: stopping for kill -9");
+    eprintln!("magnum-conductor: failpoint {name} reached: stopping (SIGSTOP) for kill -9");
+    // SAFETY: raise(3) takes a plain signal number and touches no memory of ours.
+    let rc = unsafe { libc::raise(libc::SIGSTOP) };
+    if rc != 0 {
+        // Cannot stop: die here instead, which is as abrupt.
         std::process::abort();
     }
+    // Resumed by SIGCONT instead of killed: the test did not want the
+    // process to carry on from a failpoint.
+    std::process::abort();
 }
 
 /// Wait here if the point `<scope>.<name>` is armed with `...:sleep=<ms>`.

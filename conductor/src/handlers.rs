@@ -46,6 +46,11 @@ impl DurableSignal {
         self.send(Durability::RetryLater);
     }
 
+    /// Neither recorded nor retried yet.
+    pub fn is_pending(&self) -> bool {
+        self.0.is_some()
+    }
+
     fn send(&mut self, d: Durability) {
         if let Some(tx) = self.0.take() {
             let _ = tx.send(d);

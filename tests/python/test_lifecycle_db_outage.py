@@ -127,3 +127,29 @@ def test_create_and_delete_survive_a_database_outage(env):
         env.proxy.restore()
     got, _ = env.wait(uuid, lambda g: g["cluster"] is None, timeout=180)
     assert got["nodegroups"] == [] and got["x509keypairs"] == 0
+
+
+def test_outage_in_the_middle_of_a_create(env):
+    """The rows are written, then the database goes away before the
+    certificates (a sleep failpoint holds the create there while the test cuts
+    the proxy): the cast is not acknowledged yet, so it goes back to the queue,
+    and the redelivery finishes the same cluster: no CREATE_FAILED, four
+    keypairs, not eight."""
+    env.restart("create.after_rows:sleep=6000")
+    try:
+        before = env.client("get", "00000000-0000-0000-0000-000000000000")["x509keypairs"]
+        requeues = requeued(env, "cluster_create")
+        uuid = env.client("create", env.template, json.dumps({"master_count": 1, "node_count": 1}))["uuid"]
+        env.wait(uuid, lambda g: g["cluster"] and len(g["nodegroups"]) == 2, timeout=30)
+        env.proxy.cut()
+        try:
+            wait_for(lambda: requeued(env, "cluster_create") > requeues, 60, "the cast to be requeued")
+        finally:
+            env.proxy.restore()
+        got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] != "CREATE_IN_PROGRESS", timeout=180)
+        assert got["cluster"]["status"] == "CREATE_COMPLETE", seen
+        assert got["x509keypairs"] == before + 4
+    finally:
+        env.restart()
+    env.client("delete", uuid)
+    env.wait(uuid, lambda g: g["cluster"] is None, timeout=180)

@@ -99,6 +99,10 @@ struct Inner {
     kicks: mpsc::UnboundedSender<Kick>,
 }
 
+/// How long an acknowledged create that met a database outage waits
+/// before it is driven again.
+const RESUME_DELAY: Duration = Duration::from_secs(10);
+
 /// The lifecycle engine: cloned into the RPC handlers.
 #[derive(Clone)]
 pub struct Engine(Arc<Inner>);
@@ -263,7 +267,7 @@ impl Engine {
                 return Outcome::Failure(e.to_failure());
             }
         }
-        crate::failpoint::hit("create.after_rows");
+        crate::failpoint::hit("create.after_rows").await;
         // Acknowledged once the credentials exist (they need this request's
         // token); rows and everything after are idempotent on redelivery.
         let outcome = match self.drive_create(&uuid, Some(ctx), Some(durable)).await {
@@ -310,7 +314,7 @@ impl Engine {
                 let c = repo::create(db, &CLUSTER, &row)
                     .await
                     .map_err(InsertError::from)?;
-                crate::failpoint::hit("create.after_cluster_row");
+                crate::failpoint::hit("create.after_cluster_row").await;
                 c
             }
             Err(e) => return Err(e.into()),
@@ -375,11 +379,24 @@ impl Engine {
         ctx: Option<&RequestContext>,
         durable: Option<&mut DurableSignal>,
     ) -> Result<(), RemoteFailure> {
-        match self.create_steps(uuid, ctx, durable).await {
+        let mut durable = durable;
+        match self.create_steps(uuid, ctx, durable.as_deref_mut()).await {
             Ok(()) => Ok(()),
             Err(StepError::Credentials(CredentialError::NeedsRequest)) => {
                 tracing::info!(cluster = %uuid, "create resumed before its credentials existed; waiting for the redelivered cast");
                 Ok(())
+            }
+            Err(StepError::Db(d)) if d.is_transient() => {
+                // Not a reason to fail the cluster: every step is idempotent.
+                match durable {
+                    // Not acknowledged yet: the redelivered cast resumes it.
+                    Some(sig) if sig.is_pending() => {
+                        tracing::warn!(cluster = %uuid, error = %d, "database unavailable during create; retrying later");
+                        sig.retry_later();
+                    }
+                    _ => self.resume_create_later(uuid, &d),
+                }
+                Err(d.to_failure())
             }
             Err(e) => {
                 let reason = e.to_string();
@@ -390,6 +407,21 @@ impl Engine {
                 })
             }
         }
+    }
+
+    /// The database failed during an acknowledged create: drive it again
+    /// after a pause (again and again while the outage lasts; the create
+    /// timeout still bounds it), instead of waiting for a restart.
+    fn resume_create_later(&self, uuid: &str, error: &DbError) {
+        tracing::warn!(cluster = %uuid, %error, retry_in_s = RESUME_DELAY.as_secs(), "database unavailable during create; resuming later");
+        let engine = self.clone();
+        let uuid = uuid.to_string();
+        tokio::spawn(async move {
+            tokio::time::sleep(RESUME_DELAY).await;
+            let lock = engine.lock(&uuid);
+            let _held = lock.lock().await;
+            let _ = Box::pin(engine.drive_create(&uuid, None, None)).await;
+        });
     }
 
     async fn create_steps(
@@ -431,7 +463,7 @@ impl Engine {
             )
             .await
             .map_err(|f| StepError::Certificates(f.message))?;
-            crate::failpoint::hit("create.after_keypairs");
+            crate::failpoint::hit("create.after_keypairs").await;
             for r in refs {
                 pending.push((r, cluster.get(r).cloned().unwrap_or(Value::Null)));
             }
@@ -458,7 +490,7 @@ impl Engine {
                     .await?;
             }
         }
-        crate::failpoint::hit("create.after_stack_id");
+        crate::failpoint::hit("create.after_stack_id").await;
         // (d) what to create.
         let template_id = cluster
             .get_str("cluster_template_id")
@@ -528,7 +560,7 @@ impl Engine {
         for s in self.ca_secrets(&cluster, &input).await? {
             self.0.applier.apply(&owned(s.manifest)).await?;
         }
-        crate::failpoint::hit("create.mid_apply");
+        crate::failpoint::hit("create.mid_apply").await;
         for o in &rest {
             self.apply_object(&owned(o.clone())).await?;
         }
@@ -637,7 +669,7 @@ impl Engine {
         match result {
             Ok(c) => {
                 durable.recorded();
-                crate::failpoint::hit("delete.after_ack");
+                crate::failpoint::hit("delete.after_ack").await;
                 self.kick_cluster(&c);
                 Outcome::Result(Value::Null)
             }
@@ -666,7 +698,7 @@ impl Engine {
             self.save_nodegroup(&u, &[("status", json!("DELETE_IN_PROGRESS"))])
                 .await?;
         }
-        crate::failpoint::hit("delete.before_capi_delete");
+        crate::failpoint::hit("delete.before_capi_delete").await;
         self.delete_capi_cluster(cluster).await?;
         Ok(self
             .save_cluster(
@@ -745,7 +777,7 @@ impl Engine {
             ],
         )
         .await?;
-        crate::failpoint::hit("delete.after_delete_complete");
+        crate::failpoint::hit("delete.after_delete_complete").await;
         for r in [
             "ca_cert_ref",
             "magnum_cert_ref",
