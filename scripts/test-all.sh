@@ -18,4 +18,4 @@ echo "== cargo test (unit + integration, real RabbitMQ)"
 MAGNUM_VENV="$MAGNUM_VENV" cargo test --workspace --quiet 2>&1 | tee /tmp/mc-cargo-test.log
 echo "== python interop tests (Magnum 23.0.0 client)"
 MAGNUM_CONDUCTOR_BIN="$PWD/target/debug/magnum-conductor" \
-  "$MAGNUM_VENV/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q tests/python
+  "$MAGNUM_VENV/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q --durations=12 tests/python
