@@ -153,7 +153,7 @@ pub async fn generate_certificates_to_cluster(
     owner: &Owner,
     cluster: &mut MagnumObject,
     uuids: Option<[String; 4]>,
-) -> Result<(), RemoteFailure> {
+) -> Result<(), ToClusterError> {
     let issuer = store::issuer_name(cluster);
     let uuid = cluster.get_str("uuid").unwrap_or_default().to_string();
     let failed = || {
@@ -165,17 +165,40 @@ pub async fn generate_certificates_to_cluster(
     let opts = opts.clone();
     let certs = tokio::task::spawn_blocking(move || store::generate_cluster_certs(&issuer, &opts))
         .await
-        .map_err(|_| failed())?
+        .map_err(|_| ToClusterError::Failed(failed()))?
         .map_err(|e| {
             tracing::error!(cluster = %uuid, error = %e, "certificate generation failed");
-            failed()
+            ToClusterError::Failed(failed())
         })?;
     store::store_cluster_certs(db, owner, cluster, &certs, uuids)
         .await
         .map_err(|e| {
             tracing::error!(cluster = %uuid, error = %e, "storing certificates failed");
-            failed()
+            if e.is_transient() {
+                ToClusterError::Unavailable(e)
+            } else {
+                ToClusterError::Failed(failed())
+            }
         })
+}
+
+/// Why a cluster's certificates were not made and stored.
+#[derive(Debug)]
+pub enum ToClusterError {
+    /// Magnum's `CertificatesToClusterFailed`.
+    Failed(RemoteFailure),
+    /// The database is unavailable: nothing is lost by trying again.
+    Unavailable(common::db::DbError),
+}
+
+impl ToClusterError {
+    /// As the RPC layer reports it.
+    pub fn to_failure(&self) -> RemoteFailure {
+        match self {
+            ToClusterError::Failed(f) => f.clone(),
+            ToClusterError::Unavailable(e) => e.to_failure(),
+        }
+    }
 }
 
 #[cfg(test)]

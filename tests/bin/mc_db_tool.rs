@@ -128,7 +128,7 @@ async fn run(args: &[String]) -> Result<Value, String> {
                 None,
             )
             .await
-            .map_err(|f| f.to_failure_string())?;
+            .map_err(|e| e.to_failure().to_failure_string())?;
             Ok(data(
                 &repo::save(&db, &model::CLUSTER, cluster_uuid, &cluster)
                     .await

@@ -462,7 +462,10 @@ impl Engine {
                 Some(uuids),
             )
             .await
-            .map_err(|f| StepError::Certificates(f.message))?;
+            .map_err(|e| match e {
+                crate::ca::ToClusterError::Failed(f) => StepError::Certificates(f.message),
+                crate::ca::ToClusterError::Unavailable(d) => StepError::Db(d),
+            })?;
             crate::failpoint::hit("create.after_keypairs").await;
             for r in refs {
                 pending.push((r, cluster.get(r).cloned().unwrap_or(Value::Null)));
