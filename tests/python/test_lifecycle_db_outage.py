@@ -153,3 +153,34 @@ def test_outage_in_the_middle_of_a_create(env):
         env.restart()
     env.client("delete", uuid)
     env.wait(uuid, lambda g: g["cluster"] is None, timeout=180)
+
+
+def test_outage_while_resuming_at_startup(env):
+    """A conductor starting while a create is in progress lists such clusters
+    to finish them. If the database is away at that moment, the list is tried
+    again until it answers: the cluster does not stay CREATE_IN_PROGRESS until
+    the next restart. (The create is killed half-way through its CAPI objects,
+    after its acknowledgement, so the broker has nothing to redeliver: only
+    the resume can finish it.)"""
+    from test_lifecycle_restart import died
+
+    before = env.client("get", "00000000-0000-0000-0000-000000000000")["x509keypairs"]
+    env.restart("create.mid_apply")
+    uuid = env.client("create", env.template, json.dumps({"master_count": 1, "node_count": 1}))["uuid"]
+    died(env)
+    log = env.tmp / "conductor.log"
+    start = log.stat().st_size
+    env.restart("resume.before_list:sleep=5000")
+    env.proxy.cut()
+    try:
+        wait_for(lambda: b"cannot list clusters to resume yet" in log.read_bytes()[start:], 60,
+                 "the resume list to meet the outage")
+        assert env.client("get", uuid)["cluster"]["status"] == "CREATE_IN_PROGRESS"
+    finally:
+        env.proxy.restore()
+    got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] != "CREATE_IN_PROGRESS", timeout=120)
+    assert got["cluster"]["status"] == "CREATE_COMPLETE", seen
+    assert got["x509keypairs"] == before + 4
+    env.restart()
+    env.client("delete", uuid)
+    env.wait(uuid, lambda g: g["cluster"] is None, timeout=180)

@@ -959,26 +959,36 @@ impl Engine {
 
     /// Clusters left `CREATE_IN_PROGRESS`, `DELETE_IN_PROGRESS` or
     /// `DELETE_COMPLETE` (rows not yet removed) by a previous conductor:
-    /// finish their operation.
+    /// finish their operation. A database outage at this moment does not
+    /// leave them behind: the list (and each cluster's resume) is tried again
+    /// every `RESUME_DELAY` while the error is transient.
     async fn resume(&self) {
+        crate::failpoint::hit("resume.before_list").await;
         for (status, what) in [
             ("CREATE_IN_PROGRESS", "create"),
             ("DELETE_IN_PROGRESS", "delete"),
             ("DELETE_COMPLETE", "delete"),
         ] {
-            let clusters = match repo::select(
-                &self.0.db,
-                &CLUSTER,
-                &Scope::admin(),
-                &[("status", SqlValue::Str(status.into()))],
-                None,
-            )
-            .await
-            {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot list clusters to resume");
-                    continue;
+            let clusters = loop {
+                match repo::select(
+                    &self.0.db,
+                    &CLUSTER,
+                    &Scope::admin(),
+                    &[("status", SqlValue::Str(status.into()))],
+                    None,
+                )
+                .await
+                {
+                    Ok(c) => break c,
+                    Err(e) if e.is_transient() => {
+                        tracing::warn!(error = %e, status, retry_in_s = RESUME_DELAY.as_secs(),
+                            "database unavailable: cannot list clusters to resume yet");
+                        tokio::time::sleep(RESUME_DELAY).await;
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, status, "cannot list clusters to resume");
+                        break Vec::new();
+                    }
                 }
             };
             for c in clusters {
@@ -989,36 +999,56 @@ impl Engine {
                     .cluster_operations
                     .with_label_values(&[what, "resumed"])
                     .inc();
-                let lock = self.lock(&uuid);
-                let _held = lock.lock().await;
-                if what == "create" {
-                    match self.rows_recorded(&c).await {
-                        Ok(RowsRecorded::Yes) => {
-                            let _ = self.drive_create(&uuid, None, None).await;
-                        }
-                        Ok(RowsRecorded::Pending) => {
-                            // Killed between the cluster row and its
-                            // nodegroups: the cast was not acknowledged and
-                            // comes back from the broker; it finishes the rows.
-                            tracing::info!(cluster = %uuid, "create interrupted before its nodegroups were recorded; waiting for the redelivered cast");
-                            continue;
-                        }
-                        Ok(RowsRecorded::Lost) => {
-                            self.fail(
-                                &uuid,
-                                "CREATE_FAILED",
-                                "the conductor stopped before the cluster's nodegroups were recorded, and the request did not come back",
-                            )
-                            .await;
-                        }
-                        Err(e) => tracing::warn!(cluster = %uuid, error = %e, "cannot resume"),
-                    }
-                } else if let Err(e) = self.delete_capi_cluster(&c).await {
-                    tracing::warn!(cluster = %uuid, error = %e, "cannot delete the CAPI cluster; will retry at the next resync");
-                }
-                self.kick_cluster(&c);
+                self.resume_one(&c, what).await;
             }
         }
+    }
+
+    /// Resume one cluster's operation (see `resume`).
+    async fn resume_one(&self, c: &MagnumObject, what: &'static str) {
+        let uuid = c.get_str("uuid").unwrap_or_default().to_string();
+        let lock = self.lock(&uuid);
+        let _held = lock.lock().await;
+        if what == "create" {
+            match self.rows_recorded(c).await {
+                Ok(RowsRecorded::Yes) => {
+                    let _ = self.drive_create(&uuid, None, None).await;
+                }
+                Ok(RowsRecorded::Pending) => {
+                    // Killed between the cluster row and its nodegroups: the
+                    // cast was not acknowledged and comes back from the
+                    // broker; it finishes the rows.
+                    tracing::info!(cluster = %uuid, "create interrupted before its nodegroups were recorded; waiting for the redelivered cast");
+                    return;
+                }
+                Ok(RowsRecorded::Lost) => {
+                    self.fail(
+                        &uuid,
+                        "CREATE_FAILED",
+                        "the conductor stopped before the cluster's nodegroups were recorded, and the request did not come back",
+                    )
+                    .await;
+                }
+                Err(e) if e.is_transient() => {
+                    tracing::warn!(cluster = %uuid, error = %e, retry_in_s = RESUME_DELAY.as_secs(), "database unavailable: resuming later");
+                    self.resume_one_later(c, what);
+                    return;
+                }
+                Err(e) => tracing::warn!(cluster = %uuid, error = %e, "cannot resume"),
+            }
+        } else if let Err(e) = self.delete_capi_cluster(c).await {
+            tracing::warn!(cluster = %uuid, error = %e, "cannot delete the CAPI cluster; will retry at the next resync");
+        }
+        self.kick_cluster(c);
+    }
+
+    fn resume_one_later(&self, c: &MagnumObject, what: &'static str) {
+        let engine = self.clone();
+        let c = c.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(RESUME_DELAY).await;
+            Box::pin(engine.resume_one(&c, what)).await;
+        });
     }
 
     /// Whether a CREATE_IN_PROGRESS cluster has both default nodegroups
