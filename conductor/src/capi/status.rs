@@ -108,6 +108,19 @@ fn running(m: &Value) -> bool {
     text(m, "/status/phase") == Some("Running") && ptr(m, "/status/nodeRef").is_some()
 }
 
+/// Whether we have seen `want` of these Machines running with an address.
+/// The replica counters of a KubeadmControlPlane or MachineDeployment and
+/// the Machines themselves come through different watches, in any order: a
+/// group is complete only once both agree, so a row that says
+/// `*_COMPLETE` always carries every node's address.
+fn machines_seen(machines: &[&Value], want: i64) -> bool {
+    let seen = machines
+        .iter()
+        .filter(|m| running(m) && !addresses(std::iter::once(**m)).is_empty())
+        .count();
+    i64::try_from(seen).unwrap_or(i64::MAX) >= want
+}
+
 /// Map the observed objects. `elapsed_min` is the time since the operation
 /// started; `create_timeout_min` is the cluster's `create_timeout` (0: none).
 pub fn map(
@@ -158,6 +171,7 @@ pub fn map(
             && int(k, "/status/readyReplicas") == want
             && updated == want
             && int(k, "/status/replicas") == want
+            && machines_seen(&cp_machines, want)
     });
     let group_status = |done: bool, gone: bool| -> String {
         match (op, done, gone) {
@@ -191,6 +205,7 @@ pub fn map(
             int(d, "/status/readyReplicas") == want
                 && updated == want
                 && int(d, "/status/replicas") == want
+                && machines_seen(&group_machines(g), want)
         });
         workers_done &= done;
         workers.insert(
@@ -342,6 +357,7 @@ mod tests {
                 json!({"type": t, "status": "False", "reason": "WaitingForControlPlane", "message": "0 of 3 machines ready"})
             }
         };
+        let cp = json!({"cluster.x-k8s.io/control-plane": ""});
         let ready_type = if v2 { "Available" } else { "Ready" };
         let upd = if v2 {
             "upToDateReplicas"
@@ -367,11 +383,9 @@ mod tests {
                                              "status": {"replicas": 2, "readyReplicas": if ready { 2 } else { 0 }, upd: if ready { 2 } else { 0 }}}),
             ],
             machines: vec![
-                machine(
-                    "cp-1",
-                    json!({"cluster.x-k8s.io/control-plane": ""}),
-                    "10.0.0.5",
-                ),
+                machine("cp-1", cp.clone(), "10.0.0.5"),
+                machine("cp-2", cp.clone(), "10.0.0.6"),
+                machine("cp-3", cp, "10.0.0.4"),
                 machine("w-1", ng("default-worker"), "10.0.0.7"),
                 machine("w-2", ng("default-worker"), "10.0.0.8"),
             ],
@@ -409,7 +423,7 @@ mod tests {
                 done.master,
                 GroupView {
                     status: "CREATE_COMPLETE".into(),
-                    node_addresses: vec!["10.0.0.5".into()]
+                    node_addresses: vec!["10.0.0.4".into(), "10.0.0.5".into(), "10.0.0.6".into()]
                 }
             );
             assert_eq!(
@@ -418,6 +432,32 @@ mod tests {
             );
             assert_eq!(done.health_status, "HEALTHY");
             assert_eq!(done.health_status_reason["api"], "ok");
+        }
+    }
+
+    #[test]
+    fn complete_only_once_every_machine_is_seen_with_its_address() {
+        let groups = ["default-worker".to_string()];
+        for v2 in [false, true] {
+            // The counters say ready, but one control-plane Machine's update
+            // (and one worker's) has not arrived through its watch yet.
+            for name in ["cp-3", "w-2"] {
+                let mut o = observed(v2, true);
+                o.machines.retain(|m| m["metadata"]["name"] != name);
+                let early = map(Operation::Create, &o, &groups, 9, 60);
+                assert_eq!(early.status, "CREATE_IN_PROGRESS", "{name}: {early:?}");
+                // Seen, running, but without an address yet.
+                let mut o = observed(v2, true);
+                for m in &mut o.machines {
+                    if m["metadata"]["name"] == name {
+                        m["status"]["addresses"] = json!([]);
+                    }
+                }
+                let early = map(Operation::Create, &o, &groups, 9, 60);
+                assert_eq!(early.status, "CREATE_IN_PROGRESS", "{name}: {early:?}");
+            }
+            let done = map(Operation::Create, &observed(v2, true), &groups, 9, 60);
+            assert_eq!(done.status, "CREATE_COMPLETE");
         }
     }
 
@@ -448,7 +488,7 @@ mod tests {
 
         let d = map(Operation::Delete, &observed(false, true), &groups, 1, 0);
         assert_eq!(d.status, "DELETE_IN_PROGRESS");
-        assert!(d.status_reason.unwrap().contains("3 machine(s)"));
+        assert!(d.status_reason.unwrap().contains("5 machine(s)"));
         let mut blocked = observed(false, true);
         blocked.machines.clear();
         let b = map(Operation::Delete, &blocked, &groups, 1, 0);
