@@ -849,15 +849,7 @@ impl Engine {
             "DELETE_IN_PROGRESS",
             "DELETE_COMPLETE",
         ] {
-            match repo::select(
-                &self.0.db,
-                &CLUSTER,
-                &Scope::admin(),
-                &[("status", SqlValue::Str(status.into()))],
-                None,
-            )
-            .await
-            {
+            match self.clusters_in(status).await {
                 Ok(cs) => out.extend(
                     cs.iter()
                         .map(|c| Kick::Uuid(c.get_str("uuid").unwrap_or_default().to_string())),
@@ -957,6 +949,18 @@ impl Engine {
 
     // ----------------------------------------------------------------- resume
 
+    /// Every cluster row (all projects) with this status.
+    async fn clusters_in(&self, status: &str) -> Result<Vec<MagnumObject>, DbError> {
+        repo::select(
+            &self.0.db,
+            &CLUSTER,
+            &Scope::admin(),
+            &[("status", SqlValue::Str(status.into()))],
+            None,
+        )
+        .await
+    }
+
     /// Clusters left `CREATE_IN_PROGRESS`, `DELETE_IN_PROGRESS` or
     /// `DELETE_COMPLETE` (rows not yet removed) by a previous conductor:
     /// finish their operation. A database outage at this moment does not
@@ -970,15 +974,7 @@ impl Engine {
             ("DELETE_COMPLETE", "delete"),
         ] {
             let clusters = loop {
-                match repo::select(
-                    &self.0.db,
-                    &CLUSTER,
-                    &Scope::admin(),
-                    &[("status", SqlValue::Str(status.into()))],
-                    None,
-                )
-                .await
-                {
+                match self.clusters_in(status).await {
                     Ok(c) => break c,
                     Err(e) if e.is_transient() => {
                         tracing::warn!(error = %e, status, retry_in_s = RESUME_DELAY.as_secs(),
