@@ -5,6 +5,8 @@
 # client code then drives one cluster the way magnum-api does:
 #   template (Magnum's objects) -> cluster_create cast -> CREATE_COMPLETE
 #   -> `openstack coe cluster config` (get_ca_certificate + sign_certificate)
+#   -> cluster_resize cast (workers 2 -> 4, then 4 -> 3 naming a node)
+#   -> cluster_upgrade call to a v1.31 template (control plane, then workers)
 #   -> cluster_delete cast -> rows, keypairs and CAPI objects gone.
 # Options: --line v1beta1|v1beta2 (default v1beta1).
 set -euo pipefail
@@ -85,6 +87,39 @@ echo "--- openstack coe cluster config (python-magnumclient's flow)"
 py tests/python/cert_client.py "$work/magnum.conf" coe-config "$uuid" "$work/kube" | tail -n 1 \
   | field '"    kubeconfig written: %s (client certificate signed by the cluster CA)" % d["config"]'
 grep -E "server:|current-context" "$work/kube/config" | sed 's/^/    /'
+
+# wait_update <what>: follow the cluster until it leaves UPDATE_IN_PROGRESS.
+wait_update() {
+  local last="" now
+  local deadline=$((SECONDS + 180))
+  while [ $SECONDS -lt $deadline ]; do
+    got=$(lc get "$uuid")
+    now=$(echo "$got" | field '"%s  %s" % (d["cluster"]["status"], d["cluster"]["status_reason"] or "")')
+    [ "$now" != "$last" ] && echo "    $now" && last=$now
+    case "$now" in UPDATE_COMPLETE*|UPDATE_FAILED*) break ;; esac
+    sleep 0.5
+  done
+  echo "$got" | field '"\n".join("    nodegroup %s: %s count=%s version=%s %s" % (n["name"], n["status"], n["node_count"], n["version"], n["node_addresses"]) for n in d["nodegroups"])'
+  case "$last" in UPDATE_COMPLETE*) ;; *) echo "$1 did not complete"; tail -20 "$work/conductor.log"; exit 1 ;; esac
+}
+
+echo "--- cluster_resize cast: default-worker 2 -> 4"
+lc resize "$uuid" 4 '[]' > /dev/null
+wait_update resize
+victim=$(curl -s "$(grep server: "$work/mgmt.kubeconfig" | awk '{print $2}')/apis/cluster.x-k8s.io/$line/machines?labelSelector=magnum.openstack.org/nodegroup=default-worker" \
+  | field 'sorted(m["metadata"]["name"] for m in d["items"])[0]')
+echo "--- cluster_resize cast: default-worker 4 -> 3, nodes_to_remove=[$victim]"
+lc resize "$uuid" 3 "[\"$victim\"]" > /dev/null
+wait_update resize
+
+template131=$(lc template '{"name": "k8s-v1.31", "coe": "kubernetes", "server_type": "vm", "cluster_distro": "ubuntu",
+  "image_id": "ubuntu-2204-kube-v1.31.2", "flavor_id": "m1.small", "master_flavor_id": "m1.medium",
+  "keypair_id": "mykey", "external_network_id": "public", "network_driver": "calico", "master_lb_enabled": true,
+  "labels": {"kube_tag": "v1.31.2"}}' | field 'd["uuid"]')
+echo "--- cluster_upgrade call to template k8s-v1.31 ($template131), max_batch_size 2"
+lc upgrade "$uuid" "$template131" 2 | field '"    reply: " + ("error %s: %s" % (d["error"], d["message"]) if "error" in d else "ok")'
+wait_update upgrade
+echo "$got" | field '"    coe_version=%s cluster_template_id=%s kube_tag=%s" % (d["cluster"]["coe_version"], d["cluster"]["cluster_template_id"], d["cluster"]["labels"]["kube_tag"])'
 
 echo "--- cluster_delete cast"
 lc delete "$uuid" > /dev/null

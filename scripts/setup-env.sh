@@ -13,6 +13,14 @@ VENV22="${MAGNUM22_VENV:-$HOME/.cache/magnum-conductor-rs/venv-magnum-22.0.0}"
 KS_VENV="${KEYSTONE_VENV:-$HOME/.cache/magnum-conductor-rs/venv-keystone-30.0.0}"
 KS_REQS="keystone==30.0.0 gunicorn==23.0.0"
 PY22_REQS="magnum==22.0.0 PyMySQL==1.2.4"
+# magnum-api environments with our driver package (deploy/magnum-driver)
+# installed, as an operator installs it: the end-to-end tests run the real
+# magnum-api and the openstack CLI from these. Kept apart from the venvs
+# above, whose Magnum must not see our driver.
+API_VENV="${MAGNUM_API_VENV:-$HOME/.cache/magnum-conductor-rs/venv-api-23.0.0}"
+API_REQS="magnum==23.0.0 python-openstackclient==10.5.0 python-magnumclient==5.0.0 pytest==8.4.2 PyMySQL==1.2.4"
+API22_VENV="${MAGNUM22_API_VENV:-$HOME/.cache/magnum-conductor-rs/venv-api-22.0.0}"
+API22_REQS="magnum==22.0.0 pytest==8.4.2 PyMySQL==1.2.4"
 
 log() { echo "[setup] $*" >&2; }
 SUDO=""
@@ -59,7 +67,25 @@ make_venv() {  # make_venv DIR "REQS": (re)create when missing or its requiremen
     echo "$reqs" > "$stamp"
   fi
 }
+install_driver() {  # install_driver DIR: (re)install deploy/magnum-driver when it changed
+  local dir="$1" stamp="$1/.driver" src sum tmp
+  src="$(cd "$(dirname "$0")/.." && pwd)/deploy/magnum-driver"
+  sum="$(cd "$src" && find pyproject.toml magnum_capi_rust -name '*.py' -o -name '*.toml' | sort | xargs sha256sum | sha256sum | cut -c1-16)"
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$sum" ]; then
+    log "installing the magnum-api driver package into $dir"
+    # Built from a copy: setuptools leaves build/ and *.egg-info behind.
+    tmp="$(mktemp -d)"
+    cp -r "$src/pyproject.toml" "$src/README.md" "$src/magnum_capi_rust" "$tmp/"
+    "$dir/bin/pip" install -q --no-deps --force-reinstall "$tmp" >/dev/null
+    rm -rf "$tmp"
+    echo "$sum" > "$stamp"
+  fi
+}
 make_venv "$VENV" "$PY_REQS"
 make_venv "$VENV22" "$PY22_REQS"
 make_venv "$KS_VENV" "$KS_REQS"
-echo "export MAGNUM_VENV=$VENV MAGNUM22_VENV=$VENV22 KEYSTONE_VENV=$KS_VENV"
+make_venv "$API_VENV" "$API_REQS"
+make_venv "$API22_VENV" "$API22_REQS"
+install_driver "$API_VENV"
+install_driver "$API22_VENV"
+echo "export MAGNUM_VENV=$VENV MAGNUM22_VENV=$VENV22 KEYSTONE_VENV=$KS_VENV MAGNUM_API_VENV=$API_VENV MAGNUM22_API_VENV=$API22_VENV"

@@ -16,6 +16,10 @@ echo "== cargo build"
 cargo build --workspace --quiet
 echo "== cargo test (unit + integration, real RabbitMQ)"
 MAGNUM_VENV="$MAGNUM_VENV" cargo test --workspace --quiet 2>&1 | tee /tmp/mc-cargo-test.log
+echo "== magnum-api driver package (Magnum 23.0.0 and 22.0.0, installed as operators do)"
+for api_venv in "$MAGNUM_API_VENV" "$MAGNUM22_API_VENV"; do
+  "$api_venv/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q deploy/magnum-driver/tests
+done
 echo "== python interop tests (Magnum 23.0.0 client)"
 MAGNUM_CONDUCTOR_BIN="$PWD/target/debug/magnum-conductor" \
   "$MAGNUM_VENV/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q --durations=12 tests/python

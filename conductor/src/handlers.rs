@@ -117,6 +117,8 @@ impl Handlers for BaseHandlers {
 pub struct ConductorHandlers {
     pub db: common::db::Db,
     pub x509: common::config::X509Opts,
+    /// The object-indirection API (magnum-api as its console script).
+    pub indirection: crate::indirection::Indirection,
     /// The cluster lifecycle, when a management cluster is configured.
     pub lifecycle: Option<crate::lifecycle::Engine>,
 }
@@ -156,6 +158,93 @@ impl Handlers for ConductorHandlers {
                 }
                 None => no_management_cluster("cluster_delete"),
             },
+            ConductorRequest::ClusterUpdate {
+                cluster,
+                node_count,
+                health_status,
+                health_status_reason,
+                rollback: _,
+            } => match &self.lifecycle {
+                Some(l) => {
+                    l.cluster_update(
+                        &req.context,
+                        &cluster,
+                        node_count,
+                        health_status,
+                        health_status_reason,
+                        &mut req.durable,
+                    )
+                    .await
+                }
+                None => no_management_cluster("cluster_update"),
+            },
+            ConductorRequest::ClusterResize {
+                cluster,
+                node_count,
+                nodes_to_remove,
+                nodegroup,
+            } => match &self.lifecycle {
+                Some(l) => {
+                    l.cluster_resize(
+                        &req.context,
+                        &cluster,
+                        node_count,
+                        &nodes_to_remove,
+                        &nodegroup,
+                        &mut req.durable,
+                    )
+                    .await
+                }
+                None => no_management_cluster("cluster_resize"),
+            },
+            ConductorRequest::ClusterUpgrade {
+                cluster,
+                cluster_template,
+                max_batch_size,
+                nodegroup,
+                rollback: _,
+            } => match &self.lifecycle {
+                Some(l) => {
+                    l.cluster_upgrade(
+                        &req.context,
+                        &cluster,
+                        &cluster_template,
+                        max_batch_size,
+                        &nodegroup,
+                        &mut req.durable,
+                    )
+                    .await
+                }
+                None => no_management_cluster("cluster_upgrade"),
+            },
+            ConductorRequest::CredentialRotate { cluster } => match &self.lifecycle {
+                Some(l) => {
+                    l.credential_rotate(&req.context, &cluster, &mut req.durable)
+                        .await
+                }
+                None => no_management_cluster("credential_rotate"),
+            },
+            ConductorRequest::NodegroupCreate { cluster, nodegroup } => match &self.lifecycle {
+                Some(l) => {
+                    l.nodegroup_create(&req.context, &cluster, &nodegroup, &mut req.durable)
+                        .await
+                }
+                None => no_management_cluster("nodegroup_create"),
+            },
+            ConductorRequest::NodegroupUpdate { cluster, nodegroup } => match &self.lifecycle {
+                Some(l) => {
+                    l.nodegroup_update(&req.context, &cluster, &nodegroup, &mut req.durable)
+                        .await
+                }
+                None => no_management_cluster("nodegroup_update"),
+            },
+            ConductorRequest::NodegroupDelete { cluster, nodegroup } => match &self.lifecycle {
+                Some(l) => {
+                    l.nodegroup_delete(&req.context, &cluster, &nodegroup, &mut req.durable)
+                        .await
+                }
+                None => no_management_cluster("nodegroup_delete"),
+            },
             ConductorRequest::GetCaCertificate {
                 cluster,
                 ca_cert_type,
@@ -184,6 +273,38 @@ impl Handlers for ConductorHandlers {
             ConductorRequest::RotateCaCertificate { cluster } => {
                 crate::ca::rotate_ca_certificate(&cluster)
             }
+            ConductorRequest::ObjectClassActionVersions {
+                objname,
+                objmethod,
+                object_versions,
+                args,
+                kwargs,
+            } => {
+                self.indirection
+                    .class_action(
+                        &req.context,
+                        &objname,
+                        &objmethod,
+                        &object_versions,
+                        &args,
+                        &kwargs,
+                    )
+                    .await
+            }
+            ConductorRequest::ObjectAction {
+                objinst,
+                objmethod,
+                args,
+                kwargs,
+            } => {
+                self.indirection
+                    .object_action(&req.context, &objinst, &objmethod, &args, &kwargs)
+                    .await
+            }
+            ConductorRequest::ObjectBackportVersions {
+                objinst,
+                object_versions,
+            } => self.indirection.backport(&objinst, &object_versions),
             other => BaseHandlers::base_outcome(&other),
         }
     }

@@ -7,7 +7,8 @@
 //!   reconnects and graceful shutdown; [`reply`] sends replies;
 //!   [`dedup`] remembers `_unique_id`s;
 //! - [`handlers`]: the interface handlers implement, and the ones so far;
-//!   [`ca`]: the certificate RPCs;
+//!   [`ca`]: the certificate RPCs; [`indirection`]: Magnum's object
+//!   indirection API (every object call of a console-script magnum-api);
 //! - [`metrics`] and [`http`]: Prometheus metrics, health and readiness.
 
 pub mod amqp;
@@ -17,9 +18,11 @@ pub mod dedup;
 pub mod failpoint;
 pub mod handlers;
 pub mod http;
+pub mod indirection;
 pub mod lifecycle;
 pub mod metrics;
 pub mod mgmt;
+pub mod notify;
 pub mod reply;
 pub mod server;
 pub mod topology;

@@ -175,6 +175,7 @@ async fn start_lifecycle(
     cfg: &Config,
     db: &Db,
     metrics: &Metrics,
+    notifier: &conductor::notify::Notifier,
 ) -> Result<Option<conductor::lifecycle::Engine>, ExitCode> {
     let required = cfg.capi.kubeconfig.is_some();
     let connected = async {
@@ -208,15 +209,16 @@ async fn start_lifecycle(
     };
     tracing::info!(source = ?credentials, "cluster credentials");
     Ok(Some(
-        conductor::lifecycle::Engine::start(
-            db.clone(),
-            cfg.x509.clone(),
-            cfg.capi.clone(),
+        conductor::lifecycle::Engine::start(conductor::lifecycle::engine::Services {
+            db: db.clone(),
+            x509: cfg.x509.clone(),
+            capi: cfg.capi.clone(),
             client,
             line,
             credentials,
-            metrics.clone(),
-        )
+            metrics: metrics.clone(),
+            notifier: notifier.clone(),
+        })
         .await,
     ))
 }
@@ -263,20 +265,25 @@ async fn run(cfg: Config) -> ExitCode {
         cfg.default.periodic_interval_max,
         metrics.clone(),
     ));
-    let lifecycle = match start_lifecycle(&cfg, &database, &metrics).await {
+    let publisher = conductor::server::publisher_channel();
+    let notifier =
+        conductor::notify::Notifier::from_config(&cfg, publisher.1.clone(), metrics.clone());
+    let lifecycle = match start_lifecycle(&cfg, &database, &metrics, &notifier).await {
         Ok(l) => l,
         Err(code) => return code,
     };
-    let server = RpcServer::new(
+    let server = RpcServer::with_publisher(
         cfg.clone(),
         server_id,
         Arc::new(ConductorHandlers {
             db: database.clone(),
             x509: cfg.x509.clone(),
+            indirection: conductor::indirection::Indirection::new(database.clone()),
             lifecycle,
         }),
         metrics,
         health,
+        publisher,
     );
     server.run(shutdown_signal()).await;
     heartbeat.abort();

@@ -41,6 +41,8 @@ pub struct Metrics {
     pub cluster_operations: IntCounterVec,
     /// Passes of the status worker that wrote to the DB.
     pub status_writes: IntCounter,
+    /// CADF notifications by event type and outcome (queued, dropped, sent).
+    pub notifications: IntCounterVec,
     /// Passes of the status worker that failed (retried at the next event or resync).
     pub status_errors: IntCounter,
     /// Watch events received, by kind.
@@ -183,6 +185,14 @@ impl Metrics {
                     "cluster_operations_total",
                     "Cluster operations, by operation and outcome.",
                     &["operation", "outcome"],
+                ),
+            ),
+            notifications: reg(
+                &registry,
+                counter_vec(
+                    "notifications_total",
+                    "CADF notifications, by event type and outcome (queued, dropped; sent counts all).",
+                    &["event", "outcome"],
                 ),
             ),
             status_writes: reg(

@@ -52,6 +52,20 @@ pub struct RpcServer<H: Handlers> {
     handlers: Arc<H>,
     metrics: Metrics,
     health: Arc<Health>,
+    /// The current publisher channel, for replies and notifications.
+    publisher: (
+        watch::Sender<Option<Channel>>,
+        watch::Receiver<Option<Channel>>,
+    ),
+}
+
+/// The publisher channel the RPC server will keep current (give the
+/// receiver to whoever else publishes, e.g. the notifier).
+pub fn publisher_channel() -> (
+    watch::Sender<Option<Channel>>,
+    watch::Receiver<Option<Channel>>,
+) {
+    watch::channel(None)
 }
 
 struct Shared<H: Handlers> {
@@ -77,12 +91,35 @@ impl<H: Handlers> RpcServer<H> {
         metrics: Metrics,
         health: Arc<Health>,
     ) -> Self {
+        Self::with_publisher(
+            cfg,
+            server_id,
+            handlers,
+            metrics,
+            health,
+            publisher_channel(),
+        )
+    }
+
+    /// Like [`RpcServer::new`], keeping `publisher` current.
+    pub fn with_publisher(
+        cfg: Arc<Config>,
+        server_id: String,
+        handlers: Arc<H>,
+        metrics: Metrics,
+        health: Arc<Health>,
+        publisher: (
+            watch::Sender<Option<Channel>>,
+            watch::Receiver<Option<Channel>>,
+        ),
+    ) -> Self {
         RpcServer {
             cfg,
             server_id,
             handlers,
             metrics,
             health,
+            publisher,
         }
     }
 
@@ -107,7 +144,7 @@ impl<H: Handlers> RpcServer<H> {
             topic = %cfg.conductor.topic, server = %self.server_id, exchange = %cfg.default.control_exchange,
             queues = ?decls.iter().map(|d| d.queue.as_str()).collect::<Vec<_>>(), "starting RPC server"
         );
-        let (chan_tx, chan_rx) = watch::channel::<Option<Channel>>(None);
+        let (chan_tx, chan_rx) = self.publisher.clone();
         let compression = r
             .kombu_compression
             .as_deref()

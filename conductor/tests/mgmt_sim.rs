@@ -11,8 +11,8 @@ use capi_sim::resources::Line;
 use common::config::CapiVersion;
 use conductor::capi::addons::{self, AddonCharts, CloudConfig};
 use conductor::capi::labels;
-use conductor::capi::render::{CapiLine, ClusterInput, WorkerGroup, render};
-use conductor::capi::status::{self, Observed, Operation};
+use conductor::capi::render::{self, CapiLine, ClusterInput, Rollout, WorkerGroup, render};
+use conductor::capi::status::{self, Clock, GroupTarget, Observed, Operation, Targets};
 use conductor::mgmt::{self, Applier};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::{Value, json};
@@ -44,6 +44,7 @@ fn input(line: CapiLine) -> ClusterInput {
         cluster_uuid: "5b7c6a52-6f3e-4b8a-9d3e-0f6a1b2c3d4e".into(),
         project_id: "9d3c1b2a4e5f46a7b8c9d0e1f2a3b4c5".into(),
         labels,
+        master_version: "v1.30.4".into(),
         master_image: "ubuntu-2204-kube-v1.30.4".into(),
         master_flavor: "m1.medium".into(),
         master_count: 3,
@@ -56,9 +57,15 @@ fn input(line: CapiLine) -> ClusterInput {
         master_lb_enabled: true,
         workers: vec![WorkerGroup {
             name: "default-worker".into(),
+            key: "default-worker".into(),
             flavor: "m1.small".into(),
             image: "ubuntu-2204-kube-v1.30.4".into(),
+            version: "v1.30.4".into(),
             count: 2,
+            autoscale: None,
+            set_replicas: true,
+            rollout: Rollout::default(),
+            held_template: None,
             docker_volume_gb: None,
             node_labels: BTreeMap::new(),
             node_taints: vec![],
@@ -201,13 +208,27 @@ async fn provision(line: Line) {
             )
             .await,
         };
-        let v = status::map(
-            Operation::Create,
-            &observed,
-            &["default-worker".to_string()],
-            1,
-            60,
-        );
+        let targets = Targets {
+            control_plane: GroupTarget {
+                replicas: Some(3),
+                version: "v1.30.4".into(),
+                template: Some(render::control_plane_template_name(&c)),
+                ..GroupTarget::default()
+            },
+            workers: vec![GroupTarget {
+                key: "default-worker".into(),
+                replicas: Some(2),
+                version: "v1.30.4".into(),
+                template: Some(render::group_template_name(&c, &c.workers[0])),
+                ..GroupTarget::default()
+            }],
+        };
+        let clock = Clock {
+            elapsed_min: 1,
+            create_timeout_min: 60,
+            ..Clock::default()
+        };
+        let v = status::map(Operation::Create, &observed, &targets, clock);
         if v.status == "CREATE_COMPLETE" {
             view = Some(v);
             break;

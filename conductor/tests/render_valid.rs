@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use capi_sim::resources::{self, Line};
 use capi_sim::validate;
 use conductor::capi::labels;
-use conductor::capi::render::{CapiLine, ClusterInput, WorkerGroup, render};
+use conductor::capi::render::{CapiLine, ClusterInput, Rollout, WorkerGroup, render};
 use serde_json::Value;
 
 fn input(line: CapiLine, extra: &[(&str, &str)], fixed: bool) -> ClusterInput {
@@ -34,6 +34,7 @@ fn input(line: CapiLine, extra: &[(&str, &str)], fixed: bool) -> ClusterInput {
         cluster_uuid: "5b7c6a52-6f3e-4b8a-9d3e-0f6a1b2c3d4e".into(),
         project_id: "9d3c1b2a4e5f46a7b8c9d0e1f2a3b4c5".into(),
         labels,
+        master_version: "v1.30.4".into(),
         master_image: "ubuntu-2204-kube-v1.30.4".into(),
         master_flavor: "m1.medium".into(),
         master_count: 3,
@@ -46,9 +47,15 @@ fn input(line: CapiLine, extra: &[(&str, &str)], fixed: bool) -> ClusterInput {
         master_lb_enabled: true,
         workers: vec![WorkerGroup {
             name: "default-worker".into(),
+            key: "default-worker".into(),
             flavor: "m1.small".into(),
             image: "7d3c1b2a-4e5f-46a7-b8c9-d0e1f2a3b4c5".into(),
+            version: "v1.30.4".into(),
             count: 2,
+            autoscale: None,
+            set_replicas: true,
+            rollout: Rollout::default(),
+            held_template: None,
             docker_volume_gb: Some(20),
             node_labels: [("tier".to_string(), "web".to_string())]
                 .into_iter()
@@ -145,13 +152,13 @@ fn rendered_objects_are_strict_valid_on_both_lines() {
                 kinds,
                 [
                     "OpenStackCluster",
+                    "Cluster",
                     "OpenStackMachineTemplate",
                     "KubeadmControlPlane",
-                    "Cluster",
+                    "MachineHealthCheck",
                     "OpenStackMachineTemplate",
                     "KubeadmConfigTemplate",
                     "MachineDeployment",
-                    "MachineHealthCheck",
                     "MachineHealthCheck"
                 ]
             );
@@ -223,21 +230,99 @@ fn template_names_follow_their_spec() {
     changed.workers[0].flavor = "m1.large".into();
     let c = render(&changed);
     let name = |objs: &[Value], i: usize| objs[i]["metadata"]["name"].as_str().unwrap().to_string();
-    assert_eq!(name(&a, 1), name(&c, 1), "control plane template unchanged");
+    assert_eq!(name(&a, 2), name(&c, 2), "control plane template unchanged");
     assert_ne!(
-        name(&a, 4),
-        name(&c, 4),
+        name(&a, 5),
+        name(&c, 5),
         "worker template renamed: machines roll"
     );
     assert_eq!(
-        c[6]["spec"]["template"]["spec"]["infrastructureRef"]["name"],
-        name(&c, 4)
+        c[7]["spec"]["template"]["spec"]["infrastructureRef"]["name"],
+        name(&c, 5)
     );
+    // A long cluster name keeps the whole hash in template names.
+    let mut long = changed.clone();
+    long.stack_id = format!("{}-abcdefghijkl", "x".repeat(30));
+    let mut long2 = long.clone();
+    long2.workers[0].flavor = "m1.xlarge".into();
+    let (l1, l2) = (render(&long), render(&long2));
+    assert!(name(&l1, 5).len() <= 63);
+    assert_ne!(name(&l1, 5), name(&l2, 5));
     // The allowed CIDRs reach CAPO.
     assert_eq!(
         a[0]["spec"]["apiServerLoadBalancer"]["allowedCIDRs"][1],
         "192.168.0.0/16"
     );
+}
+
+#[test]
+fn rollouts_autoscaling_and_held_groups_are_strict_valid() {
+    use conductor::capi::render::{AUTOSCALER_MAX, AUTOSCALER_MIN};
+    for (line, capi) in [
+        (Line::V1beta1, CapiLine::V1beta1),
+        (Line::V1beta2, CapiLine::V1beta2),
+    ] {
+        let mut i = input(capi, &[("auto_scaling_enabled", "true")], false);
+        let g = &mut i.workers[0];
+        g.autoscale = Some((1, 5));
+        g.rollout = Rollout {
+            max_surge: 3,
+            max_unavailable: 0,
+        };
+        let objs = render(&i);
+        check(line, capi, &objs);
+        let md = objs
+            .iter()
+            .find(|o| o["kind"] == "MachineDeployment")
+            .unwrap();
+        assert_eq!(
+            md["spec"]["replicas"], 2,
+            "a new MachineDeployment gets its count"
+        );
+        assert_eq!(md["metadata"]["annotations"][AUTOSCALER_MIN], "1");
+        assert_eq!(md["metadata"]["annotations"][AUTOSCALER_MAX], "5");
+        let strategy = if capi == CapiLine::V1beta2 {
+            &md["spec"]["rollout"]["strategy"]
+        } else {
+            &md["spec"]["strategy"]
+        };
+        assert_eq!(strategy["rollingUpdate"]["maxSurge"], 3);
+        // Existing: the autoscaler owns the count.
+        i.workers[0].set_replicas = false;
+        let md2 = render(&i)
+            .into_iter()
+            .find(|o| o["kind"] == "MachineDeployment")
+            .unwrap();
+        assert!(md2["spec"].get("replicas").is_none());
+        // Held: the MachineDeployment keeps its template, no new templates.
+        i.workers[0].held_template = Some(md["spec"]["template"].clone());
+        i.workers[0].version = "v1.31.0".into();
+        let held = conductor::capi::render::render_group(&i, &i.workers[0]);
+        let kinds: Vec<&str> = held.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["MachineDeployment", "MachineHealthCheck"]);
+        assert_eq!(held[0]["spec"]["template"], md["spec"]["template"]);
+        // The autoscaler's own objects.
+        let a = conductor::capi::autoscaler::render(
+            &i,
+            "registry.k8s.io/autoscaling/cluster-autoscaler",
+        );
+        let kinds: Vec<&str> = a.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            ["ServiceAccount", "Role", "RoleBinding", "Deployment"]
+        );
+        let c = &a[3]["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(
+            c["image"],
+            "registry.k8s.io/autoscaling/cluster-autoscaler:v1.30.0"
+        );
+        assert!(c["args"].as_array().unwrap().iter().any(|x| x
+            == &serde_json::json!(format!(
+                "--node-group-auto-discovery=clusterapi:namespace={},clusterName={}",
+                i.namespace, i.stack_id
+            ))));
+        assert!(conductor::capi::autoscaler::render(&input(capi, &[], false), "x").is_empty());
+    }
 }
 
 #[test]

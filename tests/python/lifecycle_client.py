@@ -17,6 +17,22 @@ catalog, JSON) set the requesting user's context, as keystonemiddleware
 gives it to magnum-api. `python-create` runs Magnum's own conductor handler in process (the driver
 replaced by one that only sets stack_id, as the CAPI drivers do first), to
 compare the rows it writes with ours. Prints one JSON line.
+
+Day-2, as magnum-api sends them (objects loaded the way its controllers do):
+
+    resize <cluster> <node_count> <json nodes_to_remove> [nodegroup]
+    update <cluster> <json {"node_count", "health_status", "health_status_reason"}>
+    upgrade <cluster> <template uuid> <max_batch_size> [nodegroup]   (a call)
+    ng-create <cluster> <json fields>       (defaults filled as the API does)
+    ng-update <cluster> <nodegroup> <json fields>
+    ng-delete <cluster> <nodegroup>
+    set <cluster> <json cluster fields> [<nodegroup> <json nodegroup fields>]
+
+`python-resize`, `python-update`, `python-upgrade`, `python-ng-create`,
+`python-ng-update` and `python-ng-delete` take the same arguments and run
+Magnum's own handler in process instead, with a driver that does nothing
+(or raises MC_DRIVER_RAISES), to compare the rows it writes with ours.
+`upgrade` prints {"error": class, "message", "code"} when refused.
 """
 import json
 import os
@@ -55,6 +71,99 @@ def cluster_object(ctx, objects, template, overrides):
     c = objects.Cluster(ctx, **d)
     c.uuid = str(uuid.uuid4())
     return c
+
+
+def load(ctx, objects, cluster_ident, ng_ident=None):
+    """The cluster and nodegroup as magnum-api's controllers load them."""
+    cluster = objects.Cluster.get_by_uuid(ctx, cluster_ident)
+    if ng_ident:
+        ng = objects.NodeGroup.get(ctx, cluster.uuid, ng_ident)
+    else:
+        ng = cluster.default_ng_worker
+    return cluster, ng
+
+
+def new_nodegroup(ctx, objects, cluster, fields):
+    """What NodeGroupController.post hands to nodegroup_create_async."""
+    d = dict(fields)
+    merge = d.pop("merge_labels", False)
+    d.setdefault("role", "worker")
+    d.setdefault("node_count", 1)
+    d.setdefault("min_node_count", 0)
+    if d.get("image_id") is None:
+        d["image_id"] = cluster.cluster_template.image_id
+    if d.get("flavor_id") is None:
+        d["flavor_id"] = cluster.flavor_id
+    if d.get("labels") is None:
+        d["labels"] = cluster.labels.copy()
+    elif merge:
+        labels = cluster.labels.copy()
+        labels.update(d["labels"])
+        d["labels"] = labels
+    d["cluster_id"] = cluster.uuid
+    d["project_id"] = ctx.project_id
+    ng = objects.NodeGroup(ctx, **d)
+    ng.uuid = str(uuid.uuid4())
+    return ng
+
+
+class NoDriver:
+    """A driver that does what Magnum's conductor needs and nothing else;
+    its operations raise MC_DRIVER_RAISES when set."""
+    OPERATIONS = {"update_cluster", "resize_cluster", "upgrade_cluster", "create_nodegroup",
+                  "update_nodegroup", "delete_nodegroup"}
+
+    def __getattr__(self, name):
+        def call(*args, **kwargs):
+            msg = os.environ.get("MC_DRIVER_RAISES")
+            if msg and name in self.OPERATIONS:
+                raise Exception(msg)
+            return None
+        return call
+
+
+def run_python_handler(ctx, cmd, rest, objects):
+    from unittest import mock
+    from magnum.conductor import utils as conductor_utils
+    from magnum.conductor.handlers import cluster_conductor, nodegroup_conductor
+    from magnum.common import exception
+    drv = NoDriver()
+    with mock.patch.object(conductor_utils, "notify_about_cluster_operation"), \
+            mock.patch("magnum.drivers.common.driver.Driver.get_driver", return_value=drv), \
+            mock.patch("magnum.drivers.common.driver.Driver.get_driver_for_cluster", return_value=drv):
+        try:
+            if cmd == "python-resize":
+                cluster, ng = load(ctx, objects, rest[0], rest[3] if len(rest) > 3 else None)
+                cluster_conductor.Handler().cluster_resize(ctx, cluster, int(rest[1]), json.loads(rest[2]), ng)
+            elif cmd == "python-update":
+                cluster, _ = load(ctx, objects, rest[0])
+                p = json.loads(rest[1])
+                cluster_conductor.Handler().cluster_update(
+                    ctx, cluster, p.get("node_count", cluster.default_ng_worker.node_count),
+                    p.get("health_status", cluster.health_status),
+                    p.get("health_status_reason", cluster.health_status_reason))
+            elif cmd == "python-upgrade":
+                cluster, ng = load(ctx, objects, rest[0], rest[3] if len(rest) > 3 else None)
+                t = objects.ClusterTemplate.get_by_uuid(ctx, rest[1])
+                cluster_conductor.Handler().cluster_upgrade(ctx, cluster, t, int(rest[2]), ng)
+            elif cmd == "python-ng-create":
+                cluster, _ = load(ctx, objects, rest[0])
+                ng = new_nodegroup(ctx, objects, cluster, json.loads(rest[1]))
+                nodegroup_conductor.Handler().nodegroup_create(ctx, cluster, ng)
+                return {"uuid": ng.uuid}
+            elif cmd == "python-ng-update":
+                cluster, ng = load(ctx, objects, rest[0], rest[1])
+                for k, v in json.loads(rest[2]).items():
+                    setattr(ng, k, v)
+                nodegroup_conductor.Handler().nodegroup_update(ctx, cluster, ng)
+            elif cmd == "python-ng-delete":
+                cluster, ng = load(ctx, objects, rest[0], rest[1])
+                nodegroup_conductor.Handler().nodegroup_delete(ctx, cluster, ng)
+        except exception.MagnumException as e:
+            return {"error": type(e).__name__, "message": str(e)}
+        except Exception as e:  # the driver's exception, re-raised as Magnum does
+            return {"error": type(e).__name__, "message": str(e)}
+    return {"ok": True}
 
 
 def main():
@@ -96,6 +205,64 @@ def main():
                                return_value=Driver()):
                 cluster_conductor.Handler().cluster_create(ctx, c, mc, nc, c.create_timeout)
         out = {"uuid": c.uuid}
+    elif cmd == "resize":
+        from magnum.conductor import api
+        cluster, ng = load(ctx, objects, rest[0], rest[3] if len(rest) > 3 else None)
+        api.API(context=ctx).cluster_resize_async(cluster, int(rest[1]), json.loads(rest[2]), ng)
+        out = {"uuid": cluster.uuid, "nodegroup": ng.uuid}
+    elif cmd == "update":
+        from magnum.conductor import api
+        cluster, _ = load(ctx, objects, rest[0])
+        p = json.loads(rest[1])
+        api.API(context=ctx).cluster_update_async(
+            cluster, p.get("node_count", cluster.default_ng_worker.node_count),
+            p.get("health_status", cluster.health_status),
+            p.get("health_status_reason", cluster.health_status_reason))
+        out = {"uuid": cluster.uuid}
+    elif cmd == "upgrade":
+        from magnum.conductor import api
+        from magnum.common import exception
+        cluster, ng = load(ctx, objects, rest[0], rest[3] if len(rest) > 3 else None)
+        t = objects.ClusterTemplate.get_by_uuid(ctx, rest[1])
+        try:
+            r = api.API(context=ctx).cluster_upgrade(cluster, t, int(rest[2]), ng)
+            out = {"uuid": cluster.uuid, "result": r.uuid if hasattr(r, "uuid") else r}
+        except exception.MagnumException as e:
+            # Remote exceptions arrive as `<Class>_Remote` subclasses; the
+            # message is what the API shows (traceback lines after it).
+            out = {"error": type(e).__name__.removesuffix("_Remote"), "remote": type(e).__name__,
+                   "message": str(e).split("\n")[0], "code": e.code}
+    elif cmd == "ng-create":
+        from magnum.conductor import api
+        cluster, _ = load(ctx, objects, rest[0])
+        ng = new_nodegroup(ctx, objects, cluster, json.loads(rest[1]))
+        api.API(context=ctx).nodegroup_create_async(cluster, ng)
+        out = {"uuid": ng.uuid}
+    elif cmd == "ng-update":
+        from magnum.conductor import api
+        cluster, ng = load(ctx, objects, rest[0], rest[1])
+        for k, v in json.loads(rest[2]).items():
+            setattr(ng, k, v)
+        api.API(context=ctx).nodegroup_update_async(cluster, ng)
+        out = {"uuid": ng.uuid}
+    elif cmd == "ng-delete":
+        from magnum.conductor import api
+        cluster, ng = load(ctx, objects, rest[0], rest[1])
+        api.API(context=ctx).nodegroup_delete_async(cluster, ng)
+        out = {"uuid": ng.uuid}
+    elif cmd == "set":
+        c = objects.Cluster.get_by_uuid(admin, rest[0])
+        for k, v in json.loads(rest[1]).items():
+            setattr(c, k, v)
+        c.save()
+        if len(rest) > 2:
+            ng = objects.NodeGroup.get(admin, c.uuid, rest[2])
+            for k, v in json.loads(rest[3]).items():
+                setattr(ng, k, v)
+            ng.save()
+        out = {"uuid": c.uuid}
+    elif cmd.startswith("python-") and cmd != "python-create":
+        out = run_python_handler(ctx, cmd, rest, objects)
     elif cmd == "delete":
         from magnum.conductor import api
         api.API(context=ctx).cluster_delete_async(rest[0])

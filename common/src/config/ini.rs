@@ -189,6 +189,17 @@ impl Layered {
             .find_map(|(_, s)| s.get(&group).and_then(|g| g.get(key)).map(Vec::as_slice))
     }
 
+    /// Every value of a multi-valued `group.key` (oslo's `MultiStrOpt`),
+    /// from every file that sets it, in file order.
+    pub fn get_multi(&self, group: &str, key: &str) -> Vec<String> {
+        let group = normalize_section(group);
+        self.files
+            .iter()
+            .filter_map(|(_, s)| s.get(&group).and_then(|g| g.get(key)))
+            .flat_map(|v| v.iter().cloned())
+            .collect()
+    }
+
     /// The effective (last) raw value of `group.key`.
     pub fn get(&self, group: &str, key: &str) -> Option<&str> {
         self.get_all(group, key)

@@ -224,7 +224,20 @@ pub struct CapiOpts {
     pub region_name: Option<String>,
     pub static_application_credential_id: Option<String>,
     pub static_application_credential_secret: Secret,
+    /// Minutes an update (resize, upgrade, nodegroup change) may go without
+    /// progress before it is `UPDATE_FAILED` (0: never).
+    pub update_timeout: u64,
+    /// The cluster-autoscaler image repository (tag by Kubernetes minor).
+    pub autoscaler_image: String,
+    /// Glance `os_distro` values this conductor builds clusters from (the
+    /// same option the magnum-api driver hook reads from the same
+    /// magnum.conf, so API and conductor agree on what is served).
+    pub os_distros: Vec<String>,
 }
+
+/// Default of `[capi] os_distros`: images built by image-builder for
+/// kubeadm with cloud-init.
+pub const DEFAULT_OS_DISTROS: &[&str] = &["ubuntu", "rockylinux"];
 
 /// `[keystone_auth]` (Magnum's group for its own Keystone credentials,
 /// keystoneauth password plugin), each option falling back to
@@ -245,6 +258,19 @@ pub struct KeystoneAuthOpts {
     pub cafile: Option<String>,
 }
 
+/// `[oslo_messaging_notifications]`, as oslo.messaging's notifier reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NotificationOpts {
+    /// `driver` (a MultiStrOpt; default none: nothing is sent): `messagingv2`
+    /// (enveloped), `messaging` (v1), `noop`; others are refused at startup.
+    pub drivers: Vec<String>,
+    /// `topics` (default `notifications`): routing keys `<topic>.<priority>`.
+    pub topics: Vec<String>,
+    /// `transport_url`: Magnum publishes notifications on its RPC transport
+    /// and ignores this; kept to say so at startup.
+    pub transport_url: Option<Secret>,
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -257,6 +283,7 @@ pub struct Config {
     pub conductor: ConductorOpts,
     pub rabbit: RabbitOpts,
     pub metrics: MetricsOpts,
+    pub notifications: NotificationOpts,
     pub transport: TransportUrl,
     pub files: Vec<String>,
 }
@@ -345,6 +372,10 @@ const KNOWN: &[(&str, &[&str])] = &[
         ],
     ),
     ("metrics", &["listen"]),
+    (
+        "oslo_messaging_notifications",
+        &["driver", "topics", "transport_url", "retry"],
+    ),
     ("keystone_auth", KEYSTONE_AUTH_KEYS),
     ("keystone_authtoken", KEYSTONE_AUTH_KEYS),
     (
@@ -380,6 +411,9 @@ const KNOWN: &[(&str, &[&str])] = &[
             "region_name",
             "static_application_credential_id",
             "static_application_credential_secret",
+            "update_timeout",
+            "autoscaler_image",
+            "os_distros",
         ],
     ),
 ];
@@ -419,6 +453,19 @@ impl Group<'_> {
     }
     fn opt_string(&self, name: &'static str) -> Option<String> {
         self.raw(name).filter(|s| !s.is_empty())
+    }
+    /// An oslo.config ListOpt: comma-separated, items trimmed, empty items
+    /// dropped.
+    fn list(&self, name: &'static str, default: &[&str]) -> Vec<String> {
+        match self.raw(name) {
+            None => default.iter().map(|s| s.to_string()).collect(),
+            Some(v) => v
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect(),
+        }
     }
     fn boolean(&self, name: &'static str, default: bool) -> Result<bool, ConfigError> {
         match self.raw(name) {
@@ -916,6 +963,12 @@ impl Config {
             static_application_credential_secret: Secret::new(
                 cp.string("static_application_credential_secret", ""),
             ),
+            update_timeout: cp.int("update_timeout", 60, Some(0), None)? as u64,
+            autoscaler_image: cp.string(
+                "autoscaler_image",
+                "registry.k8s.io/autoscaling/cluster-autoscaler",
+            ),
+            os_distros: cp.list("os_distros", DEFAULT_OS_DISTROS),
         };
         let ka = Group {
             layered,
@@ -952,6 +1005,42 @@ impl Config {
             conductor,
             rabbit,
             metrics: MetricsOpts { listen },
+            notifications: {
+                let g = Group {
+                    layered,
+                    name: "oslo_messaging_notifications",
+                    overrides: None,
+                };
+                let drivers: Vec<String> = layered
+                    .get_multi("oslo_messaging_notifications", "driver")
+                    .iter()
+                    .flat_map(|d| d.split(','))
+                    .map(|d| d.trim().to_string())
+                    .filter(|d| !d.is_empty())
+                    .collect();
+                for d in &drivers {
+                    if !matches!(d.as_str(), "messagingv2" | "messaging" | "noop") {
+                        return Err(ConfigError::Invalid {
+                            group: "oslo_messaging_notifications",
+                            name: "driver",
+                            reason: format!(
+                                "{d:?} is not supported (supported: messagingv2, messaging, noop)"
+                            ),
+                        });
+                    }
+                }
+                let topics: Vec<String> = g
+                    .string("topics", "notifications")
+                    .split(',')
+                    .map(|t| t.trim().to_string())
+                    .filter(|t| !t.is_empty())
+                    .collect();
+                NotificationOpts {
+                    drivers,
+                    topics,
+                    transport_url: g.opt_string("transport_url").map(Secret::new),
+                }
+            },
             transport,
             files: layered
                 .file_names()

@@ -38,6 +38,22 @@ pub enum Kind {
     JsonList,
 }
 
+/// A model column default (see [`Table::insert_defaults`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnDefault {
+    Bool(bool),
+    Int(i64),
+}
+
+impl ColumnDefault {
+    pub fn json(self) -> Value {
+        match self {
+            ColumnDefault::Bool(b) => Value::Bool(b),
+            ColumnDefault::Int(i) => Value::from(i),
+        }
+    }
+}
+
 /// One of Magnum's tables and the object class stored in it.
 #[derive(Debug)]
 pub struct Table {
@@ -50,8 +66,12 @@ pub struct Table {
     /// Columns of older schemas with no field in the current object
     /// (strings, kept in `extra` when present).
     pub legacy: &'static [&'static str],
-    /// SQLAlchemy column defaults applied when an INSERT omits the column.
-    pub insert_defaults: &'static [(&'static str, bool)],
+    /// The model's Python-side column defaults (`Column(..., default=)`),
+    /// applied when an INSERT omits the column. Every other omitted column
+    /// is bound as NULL, as SQLAlchemy's ORM does (its "insert columns as
+    /// none" rule), so a database-side DEFAULT such as `server_type`'s
+    /// 'vm' never applies to rows Magnum or we create.
+    pub insert_defaults: &'static [(&'static str, ColumnDefault)],
     /// The Magnum exception for "no such row" and its kwarg name.
     pub not_found: (&'static str, &'static str),
 }
@@ -67,7 +87,10 @@ pub static CLUSTER: Table = Table {
         "trustee_user_id",
         "trustee_password",
     ],
-    insert_defaults: &[("floating_ip_enabled", true), ("master_lb_enabled", false)],
+    insert_defaults: &[
+        ("floating_ip_enabled", ColumnDefault::Bool(true)),
+        ("master_lb_enabled", ColumnDefault::Bool(false)),
+    ],
     not_found: ("ClusterNotFound", "cluster"),
 };
 
@@ -77,7 +100,7 @@ pub static NODEGROUP: Table = Table {
     not_columns: &[],
     optional: &["node_labels", "node_taints"],
     legacy: &[],
-    insert_defaults: &[("is_default", false)],
+    insert_defaults: &[("is_default", ColumnDefault::Bool(false))],
     not_found: ("NodeGroupNotFound", "nodegroup"),
 };
 
@@ -88,12 +111,12 @@ pub static CLUSTER_TEMPLATE: Table = Table {
     optional: &[],
     legacy: &[],
     insert_defaults: &[
-        ("registry_enabled", false),
-        ("tls_disabled", false),
-        ("public", false),
-        ("master_lb_enabled", false),
-        ("floating_ip_enabled", true),
-        ("hidden", false),
+        ("registry_enabled", ColumnDefault::Bool(false)),
+        ("tls_disabled", ColumnDefault::Bool(false)),
+        ("public", ColumnDefault::Bool(false)),
+        ("master_lb_enabled", ColumnDefault::Bool(false)),
+        ("floating_ip_enabled", ColumnDefault::Bool(true)),
+        ("hidden", ColumnDefault::Bool(false)),
     ],
     not_found: ("ClusterTemplateNotFound", "clustertemplate"),
 };
@@ -114,7 +137,11 @@ pub static MAGNUM_SERVICE: Table = Table {
     not_columns: &[],
     optional: &[],
     legacy: &[],
-    insert_defaults: &[("disabled", false), ("forced_down", false)],
+    insert_defaults: &[
+        ("disabled", ColumnDefault::Bool(false)),
+        ("forced_down", ColumnDefault::Bool(false)),
+        ("report_count", ColumnDefault::Int(0)),
+    ],
     not_found: ("MagnumServiceNotFound", "magnum_service_id"),
 };
 

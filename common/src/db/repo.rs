@@ -19,8 +19,9 @@ use sqlx::mysql::{MySqlArguments, MySqlRow};
 use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, MySql, Row};
 
-use super::model::{self, Column, Kind, SqlValue, Table};
+use super::model::{self, Column, ColumnDefault, Kind, SqlValue, Table};
 use super::{Db, DbError};
+use chrono::NaiveDateTime;
 
 /// Whose rows a request may see.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -239,6 +240,245 @@ pub async fn select(
     rows.iter().map(|r| decode_row(db, table, r)).collect()
 }
 
+/// A condition of [`query`] / [`count`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cond {
+    /// `col = value` (or `col IS NULL`).
+    Eq(String, SqlValue),
+    /// `col IN (values)` (an empty list matches nothing, as SQLAlchemy's `in_([])`).
+    In(String, Vec<SqlValue>),
+    /// The cluster's worker (or master) nodegroups sum to this `node_count`
+    /// (Magnum's `filter_node_count`).
+    NodeCount { master: bool, count: i64 },
+}
+
+/// `_paginate_query`: `sort_key` then `id`, one direction, after a marker.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Page {
+    pub limit: Option<i64>,
+    pub sort_key: Option<String>,
+    /// `asc` (default) or `desc`, optionally `-nullsfirst` / `-nullslast`.
+    pub sort_dir: Option<String>,
+    /// The marker object's field values (the last row of the previous page).
+    pub marker: Option<serde_json::Map<String, Value>>,
+}
+
+impl Page {
+    /// The sort keys, as Magnum builds them (`[sort_key, 'id']`).
+    pub fn sort_keys(&self) -> Vec<String> {
+        let mut keys = vec!["id".to_string()];
+        if let Some(k) = &self.sort_key
+            && k != "id"
+        {
+            keys.insert(0, k.clone());
+        }
+        keys
+    }
+}
+
+fn where_sql(
+    db: &Db,
+    table: &Table,
+    scope: Option<&Scope>,
+    conds: &[Cond],
+    binds: &mut Vec<SqlValue>,
+) -> Result<Vec<String>, DbError> {
+    let mut wheres = Vec::new();
+    for c in conds {
+        let col_ok = |name: &str| -> Result<Column, DbError> {
+            table.column(&db.schema, name).ok_or_else(|| {
+                DbError::magnum(
+                    "InvalidParameterValue",
+                    &[("err", &format!("unknown filter {name:?} on {}", table.name))],
+                )
+            })
+        };
+        match c {
+            Cond::Eq(name, v) => {
+                let col = col_ok(name)?;
+                if *v == SqlValue::Null {
+                    wheres.push(format!("`{}` IS NULL", col.name));
+                } else {
+                    wheres.push(format!("`{}` = ?", col.name));
+                    binds.push(v.clone());
+                }
+            }
+            Cond::In(name, vs) => {
+                let col = col_ok(name)?;
+                if vs.is_empty() {
+                    wheres.push("1 = 0".into());
+                } else {
+                    wheres.push(format!(
+                        "`{}` IN ({})",
+                        col.name,
+                        vec!["?"; vs.len()].join(", ")
+                    ));
+                    binds.extend(vs.iter().cloned());
+                }
+            }
+            Cond::NodeCount { master, count } => {
+                wheres.push(format!(
+                    "`uuid` IN (SELECT `cluster_id` FROM `nodegroup` WHERE `role` {} 'master' \
+                     GROUP BY `cluster_id` HAVING SUM(`node_count`) = ?)",
+                    if *master { "=" } else { "!=" }
+                ));
+                binds.push(SqlValue::Int(*count));
+            }
+        }
+    }
+    if let Some(scope) = scope
+        && let Some(f) = scope.filter(table, binds)
+    {
+        wheres.push(f);
+    }
+    Ok(wheres)
+}
+
+/// The SQL value of a marker's field for comparison with its column.
+fn marker_value(table: &Table, col: &Column, v: Option<&Value>) -> Result<SqlValue, DbError> {
+    match v {
+        None | Some(Value::Null) => Ok(SqlValue::Null),
+        Some(Value::Bool(b)) => Ok(SqlValue::Int(i64::from(*b))),
+        Some(v) => model::bind_value(table, col, v),
+    }
+}
+
+/// Rows matching `conds`, tenant-scoped if `scope`, sorted and paged as
+/// Magnum's `_paginate_query` (oslo.db `paginate_query`). The caller has
+/// validated `page.sort_dir`; an unknown sort key is Magnum's
+/// `InvalidParameterValue`.
+pub async fn query(
+    db: &Db,
+    table: &Table,
+    scope: Option<&Scope>,
+    conds: &[Cond],
+    page: &Page,
+) -> Result<Vec<MagnumObject>, DbError> {
+    let mut binds = Vec::new();
+    let mut wheres = where_sql(db, table, scope, conds, &mut binds)?;
+    let keys = page.sort_keys();
+    let mut cols = Vec::new();
+    for k in &keys {
+        cols.push(table.column(&db.schema, k).ok_or_else(|| {
+            DbError::magnum(
+                "InvalidParameterValue",
+                &[(
+                    "err",
+                    &format!("The sort_key value \"{k}\" is an invalid field for sorting"),
+                )],
+            )
+        })?);
+    }
+    let dir = page.sort_dir.clone().unwrap_or_else(|| "asc".into());
+    let (main, nulls) = dir.split_once('-').unwrap_or((dir.as_str(), ""));
+    let desc = main == "desc";
+    let mut order = Vec::new();
+    for c in &cols {
+        match nulls {
+            "nullsfirst" => order.push(format!("(`{}` IS NULL) DESC", c.name)),
+            "nullslast" => order.push(format!("(`{}` IS NOT NULL) DESC", c.name)),
+            _ => {}
+        }
+        order.push(format!(
+            "`{}` {}",
+            c.name,
+            if desc { "DESC" } else { "ASC" }
+        ));
+    }
+    if let Some(m) = &page.marker {
+        let values = cols
+            .iter()
+            .map(|c| marker_value(table, c, m.get(c.name)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut any = Vec::new();
+        for i in 0..cols.len() {
+            if values[i] == SqlValue::Null {
+                continue;
+            }
+            let mut all = Vec::new();
+            for j in 0..i {
+                if values[j] != SqlValue::Null {
+                    all.push(format!("`{}` = ?", cols[j].name));
+                    binds.push(values[j].clone());
+                }
+            }
+            let cmp = if desc { "<" } else { ">" };
+            let mut crit = format!("`{}` {cmp} ?", cols[i].name);
+            binds.push(values[i].clone());
+            if (desc && nulls == "nullsfirst") || (!desc && nulls == "nullslast") {
+                crit = format!("({crit} OR `{}` IS NULL)", cols[i].name);
+            }
+            all.push(crit);
+            any.push(format!("({})", all.join(" AND ")));
+        }
+        if !any.is_empty() {
+            wheres.push(format!("({})", any.join(" OR ")));
+        }
+    }
+    let mut sql = format!(
+        "SELECT {} FROM `{}`",
+        table.select_list(&db.schema),
+        table.name
+    );
+    if !wheres.is_empty() {
+        sql.push_str(" WHERE ");
+        sql.push_str(&wheres.join(" AND "));
+    }
+    sql.push_str(" ORDER BY ");
+    sql.push_str(&order.join(", "));
+    if let Some(l) = page.limit {
+        sql.push_str(&format!(" LIMIT {}", l.max(0)));
+    }
+    let mut q = sqlx::query(AssertSqlSafe(sql));
+    for b in binds {
+        q = bind(q, b);
+    }
+    let rows = q.fetch_all(&db.pool).await?;
+    rows.iter().map(|r| decode_row(db, table, r)).collect()
+}
+
+/// `SELECT COUNT(*)` of [`query`]'s rows.
+pub async fn count(
+    db: &Db,
+    table: &Table,
+    scope: Option<&Scope>,
+    conds: &[Cond],
+) -> Result<i64, DbError> {
+    let mut binds = Vec::new();
+    let wheres = where_sql(db, table, scope, conds, &mut binds)?;
+    let mut sql = format!("SELECT COUNT(*) FROM `{}`", table.name);
+    if !wheres.is_empty() {
+        sql.push_str(" WHERE ");
+        sql.push_str(&wheres.join(" AND "));
+    }
+    let mut q = sqlx::query(AssertSqlSafe(sql));
+    for b in binds {
+        q = bind(q, b);
+    }
+    Ok(q.fetch_one(&db.pool).await?.try_get::<i64, _>(0)?)
+}
+
+/// `get_cluster_stats(context, project_id)`: clusters and the sum of all
+/// nodegroups' `node_count` (of one project, or all).
+pub async fn cluster_stats(db: &Db, project_id: Option<&str>) -> Result<(i64, i64), DbError> {
+    let (cw, nw) = if project_id.is_some() {
+        (" WHERE `project_id` = ?", " WHERE `project_id` = ?")
+    } else {
+        ("", "")
+    };
+    let mut q = sqlx::query(AssertSqlSafe(format!("SELECT COUNT(*) FROM `cluster`{cw}")));
+    let mut n = sqlx::query(AssertSqlSafe(format!(
+        "SELECT CAST(COALESCE(SUM(`node_count`), 0) AS SIGNED) FROM `nodegroup`{nw}"
+    )));
+    if let Some(p) = project_id {
+        q = q.bind(p.to_string());
+        n = n.bind(p.to_string());
+    }
+    let clusters: i64 = q.fetch_one(&db.pool).await?.try_get(0)?;
+    let nodes: i64 = n.fetch_one(&db.pool).await?.try_get(0)?;
+    Ok((clusters, nodes))
+}
+
 /// `get_<x>_by_id` / `_by_uuid` via the identity rule.
 pub async fn get(
     db: &Db,
@@ -287,34 +527,45 @@ pub async fn get_by_name(
 
 /// INSERT the object's set fields; returns the stored object (id, created_at).
 pub async fn create(db: &Db, table: &Table, obj: &MagnumObject) -> Result<MagnumObject, DbError> {
+    let (id, _) = insert(db, table, obj).await?;
+    get(db, table, &Scope::admin(), &id.to_string()).await
+}
+
+/// INSERT as Magnum's `create_<x>` does: the object's set fields, the
+/// model's Python defaults, `created_at`, and NULL for every other column
+/// (SQLAlchemy binds them all). Returns the new id and the `created_at`
+/// written.
+pub async fn insert(
+    db: &Db,
+    table: &Table,
+    obj: &MagnumObject,
+) -> Result<(u64, NaiveDateTime), DbError> {
+    let now = model::utcnow();
     let mut names = Vec::new();
     let mut values = Vec::new();
     for col in table.columns(&db.schema) {
-        let v = if col.name == "created_at" {
-            Some(SqlValue::Time(model::utcnow()))
-        } else if col.name == "id" || col.name == "updated_at" {
-            None
-        } else if let Some(v) = if col.is_field {
+        let given = if col.is_field {
             obj.get(col.name)
         } else {
             obj.extra.get(col.name)
-        } {
-            Some(model::bind_value(table, &col, v)?)
-        } else if matches!(col.kind, Kind::JsonDict | Kind::JsonList) {
-            // SQLAlchemy's INSERT binds every mapped column, and Magnum's
-            // JsonEncodedType turns the missing value into `{}` / `[]`.
-            Some(model::bind_value(table, &col, &Value::Null)?)
-        } else {
-            table
-                .insert_defaults
-                .iter()
-                .find(|(n, _)| *n == col.name)
-                .map(|(_, d)| SqlValue::Bool(*d))
         };
-        if let Some(v) = v {
-            names.push(format!("`{}`", col.name));
-            values.push(v);
-        }
+        let v = if col.name == "created_at" {
+            SqlValue::Time(now)
+        } else if col.name == "id" {
+            continue;
+        } else if let Some(v) = given {
+            model::bind_value(table, &col, v)?
+        } else if let Some((_, d)) = table.insert_defaults.iter().find(|(n, _)| *n == col.name) {
+            match d {
+                ColumnDefault::Bool(b) => SqlValue::Bool(*b),
+                ColumnDefault::Int(i) => SqlValue::Int(*i),
+            }
+        } else {
+            // JSON columns: Magnum's JsonEncodedType stores `{}` / `[]`.
+            model::bind_value(table, &col, &Value::Null)?
+        };
+        names.push(format!("`{}`", col.name));
+        values.push(v);
     }
     let sql = format!(
         "INSERT INTO `{}` ({}) VALUES ({})",
@@ -336,7 +587,7 @@ pub async fn create(db: &Db, table: &Table, obj: &MagnumObject) -> Result<Magnum
         })
         .await
         .map_err(|e| duplicate(table, obj, e))?;
-    get(db, table, &Scope::admin(), &id.to_string()).await
+    Ok((id, now))
 }
 
 /// Save `obj.changes` to the row `identity` (id or uuid), as `update_<x>`.
@@ -347,6 +598,17 @@ pub async fn save(
     identity: &str,
     obj: &MagnumObject,
 ) -> Result<MagnumObject, DbError> {
+    Ok(save_changed(db, table, identity, obj).await?.0)
+}
+
+/// [`save`], also saying which columns this UPDATE really changed (under
+/// the row lock: of several writers of one value, only the first sees it).
+pub async fn save_changed(
+    db: &Db,
+    table: &Table,
+    identity: &str,
+    obj: &MagnumObject,
+) -> Result<(MagnumObject, Vec<String>), DbError> {
     if obj.changes.iter().any(|c| c == "uuid") {
         return Err(DbError::magnum(
             "InvalidParameterValue",
@@ -376,45 +638,48 @@ pub async fn save(
         table.select_list(&db.schema),
         table.name
     );
-    db.retry_on_deadlock(&format!("update {}", table.name), || {
-        let wanted = wanted.clone();
-        let select_sql = select_sql.clone();
-        let key_value = key_value.clone();
-        async move {
-            let mut tx = db.pool.begin().await?;
-            let row = bind(sqlx::query(AssertSqlSafe(select_sql)), key_value.clone())
-                .fetch_optional(&mut *tx)
-                .await?
-                .ok_or_else(|| not_found(table, identity))?;
-            let mut sets = Vec::new();
-            let mut values = Vec::new();
-            for (col, v) in wanted {
-                if read_value(&row, &col)? != v {
-                    sets.push(format!("`{}` = ?", col.name));
-                    values.push(v);
+    let changed = db
+        .retry_on_deadlock(&format!("update {}", table.name), || {
+            let wanted = wanted.clone();
+            let select_sql = select_sql.clone();
+            let key_value = key_value.clone();
+            async move {
+                let mut tx = db.pool.begin().await?;
+                let row = bind(sqlx::query(AssertSqlSafe(select_sql)), key_value.clone())
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .ok_or_else(|| not_found(table, identity))?;
+                let mut sets = Vec::new();
+                let mut values = Vec::new();
+                let mut names = Vec::new();
+                for (col, v) in wanted {
+                    if read_value(&row, &col)? != v {
+                        sets.push(format!("`{}` = ?", col.name));
+                        names.push(col.name.to_string());
+                        values.push(v);
+                    }
                 }
-            }
-            if !sets.is_empty() {
-                sets.push("`updated_at` = ?".into());
-                values.push(SqlValue::Time(model::utcnow()));
-                let sql = format!(
-                    "UPDATE `{}` SET {} WHERE `{key}` = ?",
-                    table.name,
-                    sets.join(", ")
-                );
-                let mut q = sqlx::query(AssertSqlSafe(sql));
-                for v in values {
-                    q = bind(q, v);
+                if !sets.is_empty() {
+                    sets.push("`updated_at` = ?".into());
+                    values.push(SqlValue::Time(model::utcnow()));
+                    let sql = format!(
+                        "UPDATE `{}` SET {} WHERE `{key}` = ?",
+                        table.name,
+                        sets.join(", ")
+                    );
+                    let mut q = sqlx::query(AssertSqlSafe(sql));
+                    for v in values {
+                        q = bind(q, v);
+                    }
+                    q = bind(q, key_value);
+                    q.execute(&mut *tx).await?;
                 }
-                q = bind(q, key_value);
-                q.execute(&mut *tx).await?;
+                tx.commit().await?;
+                Ok(names)
             }
-            tx.commit().await?;
-            Ok(())
-        }
-    })
-    .await?;
-    get(db, table, &Scope::admin(), identity).await
+        })
+        .await?;
+    Ok((get(db, table, &Scope::admin(), identity).await?, changed))
 }
 
 /// DELETE one row by id or uuid (`destroy_<x>`).

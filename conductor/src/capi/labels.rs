@@ -2,8 +2,8 @@
 //!
 //! Every label is one of:
 //! - **supported**: parsed and validated here, used by the CAPI rendering;
-//! - **refused when it asks for something we do not do** (`auto_scaling_enabled=true`,
-//!   `keystone_auth_enabled=true`, a dedicated etcd volume...): the create fails with a
+//! - **refused when it asks for something we do not do** (`keystone_auth_enabled=true`,
+//!   a dedicated etcd volume...): the create fails with a
 //!   reason naming the label, instead of a cluster that silently lacks the feature;
 //! - **Heat-era knobs** with no meaning on Cluster API: ignored, reported as a warning;
 //! - anything else: unknown, ignored, reported as a warning.
@@ -19,6 +19,9 @@ use std::net::IpAddr;
 pub struct Labels {
     /// `kube_tag`, e.g. `v1.30.4` (required).
     pub kube_version: String,
+    /// `auto_scaling_enabled` (default false): the cluster autoscaler owns
+    /// the replicas of worker groups that have bounds.
+    pub auto_scaling: bool,
     pub boot_volume_size_gb: Option<u32>,
     pub boot_volume_type: Option<String>,
     /// Volume type of the container-storage volume (`docker_volume_size`).
@@ -68,7 +71,6 @@ pub enum LabelError {
 /// Labels that request a feature we do not implement, when set to a value
 /// that turns it on: (label, feature, is the value a request?).
 const REFUSED: &[(&str, &str)] = &[
-    ("auto_scaling_enabled", "the cluster autoscaler"),
     ("keystone_auth_enabled", "the k8s-keystone-auth webhook"),
     ("monitoring_enabled", "a monitoring stack"),
     ("manila_csi_enabled", "the Manila CSI driver"),
@@ -170,33 +172,58 @@ fn cidr(label: &str, v: &str) -> Result<String, LabelError> {
     Ok(format!("{ip}/{len}"))
 }
 
+/// A Kubernetes release `v1.MINOR.PATCH`, ordered by (minor, patch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KubeVersion {
+    pub minor: u32,
+    pub patch: u32,
+}
+
+/// The oldest minor the CAPI providers we drive still support.
+pub const OLDEST_MINOR: u32 = 28;
+
+impl KubeVersion {
+    /// `v1.30.4` or `1.30.4`; `Err` says what is wrong with it.
+    pub fn parse(v: &str) -> Result<KubeVersion, &'static str> {
+        let t = v.trim();
+        let core = t.strip_prefix('v').unwrap_or(t);
+        let parts: Vec<&str> = core.split('.').collect();
+        if parts.len() != 3
+            || parts
+                .iter()
+                .any(|p| p.is_empty() || p.len() > 6 || !p.bytes().all(|b| b.is_ascii_digit()))
+        {
+            return Err("expected a Kubernetes version like v1.30.4");
+        }
+        if parts[0] != "1" {
+            return Err("only Kubernetes 1.x exists");
+        }
+        let minor: u32 = parts[1].parse().map_err(|_| "bad minor version")?;
+        let patch: u32 = parts[2].parse().map_err(|_| "bad patch version")?;
+        Ok(KubeVersion { minor, patch })
+    }
+}
+
+impl std::fmt::Display for KubeVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "v1.{}.{}", self.minor, self.patch)
+    }
+}
+
 /// `kube_tag`: `v1.MINOR.PATCH` (a leading `v` is added when missing).
-fn kube_version(v: &str) -> Result<String, LabelError> {
+pub fn kube_version(v: &str) -> Result<String, LabelError> {
     let bad = |reason: &str| LabelError::Invalid {
         label: "kube_tag".into(),
         value: v.into(),
         reason: reason.into(),
     };
-    let t = v.trim();
-    let core = t.strip_prefix('v').unwrap_or(t);
-    let parts: Vec<&str> = core.split('.').collect();
-    if parts.len() != 3
-        || parts
-            .iter()
-            .any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()))
-    {
-        return Err(bad("expected a Kubernetes version like v1.30.4"));
-    }
-    if parts[0] != "1" {
-        return Err(bad("only Kubernetes 1.x exists"));
-    }
-    let minor: u32 = parts[1].parse().map_err(|_| bad("bad minor version"))?;
-    if minor < 28 {
+    let k = KubeVersion::parse(v).map_err(bad)?;
+    if k.minor < OLDEST_MINOR {
         return Err(bad(
             "Kubernetes older than v1.28 is not supported by the CAPI providers",
         ));
     }
-    Ok(format!("v{core}"))
+    Ok(k.to_string())
 }
 
 fn count(label: &str, v: &str) -> Result<u32, LabelError> {
@@ -237,6 +264,7 @@ pub fn parse(
         "docker_volume_type",
         "availability_zone",
         "auto_healing_enabled",
+        "auto_scaling_enabled",
         "fixed_subnet_cidr",
         "calico_ipv4pool",
         "cilium_ipv4pool",
@@ -351,6 +379,10 @@ pub fn parse(
         boot_volume_type: get("boot_volume_type").and_then(non_empty),
         docker_volume_type: get("docker_volume_type").and_then(non_empty),
         availability_zone: get("availability_zone").and_then(non_empty),
+        auto_scaling: match get("auto_scaling_enabled") {
+            Some(v) => truthy("auto_scaling_enabled", v)?,
+            None => false,
+        },
         auto_healing: match get("auto_healing_enabled") {
             Some(v) => truthy("auto_healing_enabled", v)?,
             None => true,
@@ -436,6 +468,17 @@ mod tests {
     }
 
     #[test]
+    fn kube_versions_order_by_minor_then_patch() {
+        let v = |s| KubeVersion::parse(s).unwrap();
+        assert!(v("v1.30.10") > v("v1.30.9"));
+        assert!(v("1.31.0") > v("v1.30.99"));
+        assert_eq!(v("1.31.2").to_string(), "v1.31.2");
+        for bad in ["v1.30", "v2.0.0", "v1.3x.0", "", "v1.30.4-rc.1"] {
+            assert!(KubeVersion::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn refusals_name_the_label() {
         assert_eq!(
             parse(&l(&[]), "calico").unwrap_err(),
@@ -446,21 +489,29 @@ mod tests {
             assert!(e.to_string().contains("kube_tag"), "{bad}: {e}");
         }
         let e = parse(
-            &l(&[("kube_tag", "v1.30.4"), ("auto_scaling_enabled", "true")]),
+            &l(&[("kube_tag", "v1.30.4"), ("keystone_auth_enabled", "true")]),
             "calico",
         )
         .unwrap_err();
         assert!(
-            e.to_string().contains("auto_scaling_enabled") && e.to_string().contains("autoscaler"),
+            e.to_string().contains("keystone_auth_enabled") && e.to_string().contains("webhook"),
             "{e}"
         );
-        assert!(
-            parse(
-                &l(&[("kube_tag", "v1.30.4"), ("auto_scaling_enabled", "false")]),
-                "calico"
-            )
-            .is_ok()
-        );
+        let (on, _) = parse(
+            &l(&[("kube_tag", "v1.30.4"), ("auto_scaling_enabled", "True")]),
+            "calico",
+        )
+        .unwrap();
+        assert!(on.auto_scaling);
+        let e = parse(
+            &l(&[
+                ("kube_tag", "v1.30.4"),
+                ("auto_scaling_enabled", "sometimes"),
+            ]),
+            "calico",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("auto_scaling_enabled"), "{e}");
         assert!(
             parse(
                 &l(&[("kube_tag", "v1.30.4"), ("etcd_volume_size", "0")]),

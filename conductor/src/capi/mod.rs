@@ -4,11 +4,13 @@
 //! - [`naming`]: `stack_id`, namespaces and object names;
 //! - [`render`]: the CAPI objects of a cluster, for either CAPI line;
 //! - [`addons`]: CNI, cloud-controller-manager and Cinder CSI as HelmChartProxies;
+//! - [`autoscaler`]: the per-cluster cluster-autoscaler;
 //! - [`status`]: what the watched CAPI objects mean for Magnum's rows.
 //!
 //! The I/O that uses them lives in [`crate::lifecycle`].
 
 pub mod addons;
+pub mod autoscaler;
 pub mod labels;
 pub mod naming;
 pub mod render;

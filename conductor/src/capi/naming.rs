@@ -7,7 +7,15 @@
 //!   releases), so two clusters with one name never collide and the result is
 //!   a DNS-1035 label of at most 43 characters.
 //! - Namespaces: one per project, `<prefix><project_id>`.
-//! - Object names: `<stack_id>-<suffix>`, at most 63 characters.
+//! - Object names: `<stack_id>-<suffix>`, at most 63 characters; names that
+//!   end in a spec hash keep the whole hash (the prefix is cut instead), so a
+//!   spec change always gives a new name, however long the cluster name.
+//! - Node group keys: the name of a nodegroup on the management cluster
+//!   (object names, the `magnum.openstack.org/nodegroup` label). A Magnum
+//!   name that is already a short DNS label is used as it is
+//!   (`default-worker`); anything else becomes a cleaned prefix plus the
+//!   first 8 characters of the nodegroup's uuid, so two Magnum names that
+//!   clean to the same text never collide.
 
 /// Lowercase `[a-z0-9-]`, no leading/trailing `-`, at most `max` characters.
 fn clean(name: &str, max: usize) -> String {
@@ -57,6 +65,38 @@ pub fn object_name(stack_id: &str, suffix: &str) -> String {
     s.trim_end_matches('-').to_string()
 }
 
+/// `<stack_id>-<part>-<hash>`, at most 63 characters, the hash kept whole.
+pub fn hashed_name(stack_id: &str, part: &str, hash: &str) -> String {
+    let mut prefix = format!("{stack_id}-{part}");
+    prefix.truncate(62usize.saturating_sub(hash.len()));
+    format!("{}-{hash}", prefix.trim_end_matches('-'))
+}
+
+/// Longest node group key: `<stack_id>` (43) + `-` + key + a hashed
+/// template suffix still fits in 63 characters with the hash kept whole.
+pub const GROUP_KEY_MAX: usize = 19;
+
+/// The key of nodegroup `name` (uuid `uuid`) on the management cluster.
+pub fn group_key(name: &str, uuid: &str) -> String {
+    let dns_label = !name.is_empty()
+        && name.len() <= GROUP_KEY_MAX
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && !name.ends_with('-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if dns_label {
+        return name.to_string();
+    }
+    let short: String = uuid
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(8)
+        .collect::<String>()
+        .to_ascii_lowercase();
+    format!("{}-{short}", sanitize(name, GROUP_KEY_MAX - 9))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,5 +137,46 @@ mod tests {
             "control-plane-0123456789abcdef",
         );
         assert!(dns1035(&long), "{long}");
+    }
+
+    #[test]
+    fn hashed_names_keep_their_hash() {
+        let stack = stack_id(Some(&"z".repeat(40)), "abcdefghijkl");
+        let a = hashed_name(&stack, "default-worker", "0123abcd");
+        let b = hashed_name(&stack, "default-worker", "9876fedc");
+        assert!(a.ends_with("-0123abcd") && a.len() <= 63, "{a}");
+        assert_ne!(a, b, "a spec change must give a new name");
+        assert!(dns1035(&a));
+        assert_eq!(
+            hashed_name("k8s-abcdefghijkl", "control-plane", "0123abcd"),
+            "k8s-abcdefghijkl-control-plane-0123abcd"
+        );
+    }
+
+    #[test]
+    fn group_keys_are_short_labels() {
+        let u = "5B7C6A52-6f3e-4b8a-9d3e-0f6a1b2c3d4e";
+        assert_eq!(group_key("default-worker", u), "default-worker");
+        assert_eq!(group_key("gpu", u), "gpu");
+        for name in [
+            "GPU Nodes",
+            "gpu_a",
+            "a-very-long-nodegroup-name",
+            "9lives",
+            "ñ",
+            "",
+        ] {
+            let k = group_key(name, u);
+            assert!(dns1035(&k) && k.len() <= GROUP_KEY_MAX, "{name:?} -> {k:?}");
+            assert!(k.ends_with("-5b7c6a52"), "{name:?} -> {k:?}");
+        }
+        assert_ne!(
+            group_key("gpu_a", u),
+            group_key("gpu-a_", "0f6a1b2c-6f3e-4b8a-9d3e-5b7c6a526f3e")
+        );
+        // The longest key still leaves room for a hashed template name.
+        let stack = stack_id(Some(&"y".repeat(40)), "abcdefghijkl");
+        let md = object_name(&stack, &group_key("a-very-long-nodegroup-name", u));
+        assert!(md.len() <= 63 && md.ends_with("-5b7c6a52"), "{md}");
     }
 }

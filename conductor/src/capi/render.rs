@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::labels::Labels;
-use super::naming::object_name;
+use super::naming::{hashed_name, object_name};
 
 /// Which CAPI API the management cluster stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,20 +25,56 @@ pub enum CapiLine {
     V1beta2,
 }
 
+/// How a MachineDeployment replaces machines (`max_batch_size` of an
+/// upgrade): at most `max_surge` machines above the desired count and
+/// `max_unavailable` below it while rolling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rollout {
+    pub max_surge: u32,
+    pub max_unavailable: u32,
+}
+
+impl Default for Rollout {
+    /// CAPI's default: one new machine at a time, none taken away first.
+    fn default() -> Self {
+        Rollout {
+            max_surge: 1,
+            max_unavailable: 0,
+        }
+    }
+}
+
 /// A worker nodegroup.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkerGroup {
     /// The Magnum nodegroup name (e.g. `default-worker`).
     pub name: String,
+    /// Its key on the management cluster (see [`super::naming::group_key`]).
+    pub key: String,
     pub flavor: String,
     pub image: String,
+    /// The Kubernetes version this group runs (e.g. `v1.30.4`).
+    pub version: String,
     pub count: u32,
+    /// Autoscaler bounds (min, max) when the cluster autoscaler owns the
+    /// replicas of this group.
+    pub autoscale: Option<(u32, u32)>,
+    /// Whether the applied MachineDeployment carries `spec.replicas`: always
+    /// without autoscaling; with it, only when the MachineDeployment is new
+    /// (afterwards the autoscaler owns the field and CAPI's defaulting
+    /// webhook keeps its value).
+    pub set_replicas: bool,
     /// `docker_volume_size`: a Cinder volume for container storage (GiB).
     pub docker_volume_gb: Option<u32>,
     /// `node_labels` (Magnum 23): Kubernetes node labels.
     pub node_labels: BTreeMap<String, String>,
     /// `node_taints`: (key, value, effect).
     pub node_taints: Vec<(String, Option<String>, String)>,
+    pub rollout: Rollout,
+    /// Set while the group waits for the control plane to reach its version:
+    /// the machine template the MachineDeployment has now, kept as it is
+    /// (workers never run a newer Kubernetes than the control plane).
+    pub held_template: Option<Value>,
 }
 
 /// Everything the rendering needs, already resolved and validated.
@@ -50,6 +86,8 @@ pub struct ClusterInput {
     pub cluster_uuid: String,
     pub project_id: String,
     pub labels: Labels,
+    /// The control plane's Kubernetes version.
+    pub master_version: String,
     pub master_image: String,
     pub master_flavor: String,
     pub master_count: u32,
@@ -68,6 +106,12 @@ pub const UUID_LABEL: &str = "magnum.openstack.org/cluster-uuid";
 pub const PROJECT_LABEL: &str = "magnum.openstack.org/project-id";
 pub const NODEGROUP_LABEL: &str = "magnum.openstack.org/nodegroup";
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
+/// CAPI machines annotated with this are removed first on scale-down
+/// (MachineSet delete policies and KubeadmControlPlane both honour it).
+pub const DELETE_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/delete-machine";
+pub const AUTOSCALER_MIN: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size";
+pub const AUTOSCALER_MAX: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size";
 const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
 
 /// FNV-1a over the canonical JSON: stable across builds and Rust versions
@@ -82,13 +126,13 @@ pub fn spec_hash(v: &Value) -> String {
 }
 
 impl ClusterInput {
-    fn capi(&self) -> &'static str {
+    pub fn capi(&self) -> &'static str {
         match self.line {
             CapiLine::V1beta1 => "cluster.x-k8s.io/v1beta1",
             CapiLine::V1beta2 => "cluster.x-k8s.io/v1beta2",
         }
     }
-    fn kcp_api(&self) -> &'static str {
+    pub fn kcp_api(&self) -> &'static str {
         match self.line {
             CapiLine::V1beta1 => "controlplane.cluster.x-k8s.io/v1beta1",
             CapiLine::V1beta2 => "controlplane.cluster.x-k8s.io/v1beta2",
@@ -237,12 +281,19 @@ pub const CONTAINER_DISK: &str = "/dev/vdb";
 /// All objects for one cluster, in creation order (owners first is not
 /// needed: CAPI resolves references when they appear).
 pub fn render(c: &ClusterInput) -> Vec<Value> {
-    let mut out = Vec::new();
+    let mut out = render_infrastructure(c);
+    out.extend(render_control_plane(c));
+    for g in &c.workers {
+        out.extend(render_group(c, g));
+    }
+    out
+}
+
+/// The OpenStackCluster and the Cluster.
+pub fn render_infrastructure(c: &ClusterInput) -> Vec<Value> {
     let s = &c.stack_id;
     let cp_name = object_name(s, "control-plane");
     let creds = object_name(s, "cloud-credentials");
-
-    // OpenStackCluster.
     let mut osc_spec = json!({
         "identityRef": {"name": creds, "cloudName": "openstack"},
         "managedSecurityGroups": {"allowAllInClusterTraffic": true},
@@ -283,13 +334,42 @@ pub fn render(c: &ClusterInput) -> Vec<Value> {
             }
         }
     }
-    out.push(json!({"apiVersion": INFRA, "kind": "OpenStackCluster", "metadata": c.meta(s, &[]), "spec": osc_spec}));
+    let mut network = json!({"pods": {"cidrBlocks": [c.labels.pod_cidr]}, "services": {"cidrBlocks": [c.labels.service_cidr]},
+                             "serviceDomain": c.labels.dns_domain});
+    if c.v2() {
+        network["apiServerPort"] = json!(6443);
+    }
+    vec![
+        json!({"apiVersion": INFRA, "kind": "OpenStackCluster", "metadata": c.meta(s, &[]), "spec": osc_spec}),
+        json!({"apiVersion": c.capi(), "kind": "Cluster", "metadata": c.meta(s, &[]),
+        "spec": {"clusterNetwork": network,
+                 "infrastructureRef": c.reference(INFRA, "OpenStackCluster", s),
+                 "controlPlaneRef": c.reference(c.kcp_api(), "KubeadmControlPlane", &cp_name)}}),
+    ]
+}
 
-    // Control plane machine template, named by its spec.
-    let cp_machine = json!({"template": {"spec": c.machine_spec(&c.master_flavor, &c.master_image, c.master_docker_volume_gb)}});
-    let cp_template = object_name(s, &format!("control-plane-{}", spec_hash(&cp_machine)));
-    out.push(json!({"apiVersion": INFRA, "kind": "OpenStackMachineTemplate", "metadata": c.meta(&cp_template, &[]), "spec": cp_machine}));
+/// The control plane's machine template spec (its name is a hash of it).
+fn control_plane_machine(c: &ClusterInput) -> Value {
+    json!({"template": {"spec": c.machine_spec(&c.master_flavor, &c.master_image, c.master_docker_volume_gb)}})
+}
 
+/// The name of the control plane's OpenStackMachineTemplate.
+pub fn control_plane_template_name(c: &ClusterInput) -> String {
+    hashed_name(
+        &c.stack_id,
+        "control-plane",
+        &spec_hash(&control_plane_machine(c)),
+    )
+}
+
+/// The KubeadmControlPlane, its machine template and its health check.
+pub fn render_control_plane(c: &ClusterInput) -> Vec<Value> {
+    let s = &c.stack_id;
+    let cp_name = object_name(s, "control-plane");
+    let cp_template = control_plane_template_name(c);
+    let mut out = vec![
+        json!({"apiVersion": INFRA, "kind": "OpenStackMachineTemplate", "metadata": c.meta(&cp_template, &[]), "spec": control_plane_machine(c)}),
+    ];
     let cloud_args = c.args(&[("cloud-provider", "external")]);
     let no_labels = BTreeMap::new();
     let mut kubeadm = json!({
@@ -307,57 +387,85 @@ pub fn render(c: &ClusterInput) -> Vec<Value> {
         json!({"infrastructureRef": infra_ref})
     };
     out.push(json!({"apiVersion": c.kcp_api(), "kind": "KubeadmControlPlane", "metadata": c.meta(&cp_name, &[]),
-        "spec": {"replicas": c.master_count, "version": c.labels.kube_version, "machineTemplate": machine_template, "kubeadmConfigSpec": kubeadm}}));
-
-    // Cluster.
-    let mut network = json!({"pods": {"cidrBlocks": [c.labels.pod_cidr]}, "services": {"cidrBlocks": [c.labels.service_cidr]},
-                             "serviceDomain": c.labels.dns_domain});
-    if c.v2() {
-        network["apiServerPort"] = json!(6443);
-    }
-    out.push(
-        json!({"apiVersion": c.capi(), "kind": "Cluster", "metadata": c.meta(s, &[]),
-        "spec": {"clusterNetwork": network,
-                 "infrastructureRef": c.reference(INFRA, "OpenStackCluster", s),
-                 "controlPlaneRef": c.reference(c.kcp_api(), "KubeadmControlPlane", &cp_name)}}),
-    );
-
-    // Workers.
-    for ng in &c.workers {
-        let ng_name = object_name(s, &ng.name);
-        let machine = json!({"template": {"spec": c.machine_spec(&ng.flavor, &ng.image, ng.docker_volume_gb)}});
-        let mt = object_name(s, &format!("{}-{}", ng.name, spec_hash(&machine)));
-        out.push(json!({"apiVersion": INFRA, "kind": "OpenStackMachineTemplate", "metadata": c.meta(&mt, &[(NODEGROUP_LABEL, &ng.name)]), "spec": machine}));
-        let mut bootstrap_spec = json!({"joinConfiguration": {"nodeRegistration": c.node_registration(&ng.node_labels, &ng.node_taints)}});
-        if ng.docker_volume_gb.is_some() {
-            container_storage(&mut bootstrap_spec);
-        }
-        let bootstrap = json!({"template": {"spec": bootstrap_spec}});
-        let bt = object_name(s, &format!("{}-{}", ng.name, spec_hash(&bootstrap)));
-        out.push(json!({"apiVersion": c.bootstrap_api(), "kind": "KubeadmConfigTemplate", "metadata": c.meta(&bt, &[(NODEGROUP_LABEL, &ng.name)]), "spec": bootstrap}));
-        let mut template_spec = json!({"clusterName": s, "version": c.labels.kube_version,
-            "bootstrap": {"configRef": c.reference(c.bootstrap_api(), "KubeadmConfigTemplate", &bt)},
-            "infrastructureRef": c.reference(INFRA, "OpenStackMachineTemplate", &mt)});
-        if let Some(az) = &c.labels.availability_zone {
-            template_spec["failureDomain"] = json!(az);
-        }
-        let selector = json!({"matchLabels": {CLUSTER_NAME_LABEL: s, NODEGROUP_LABEL: ng.name}});
-        out.push(json!({"apiVersion": c.capi(), "kind": "MachineDeployment", "metadata": c.meta(&ng_name, &[(NODEGROUP_LABEL, &ng.name)]),
-            "spec": {"clusterName": s, "replicas": ng.count, "selector": selector,
-                     "template": {"metadata": {"labels": c.labels(&[(NODEGROUP_LABEL, &ng.name)])}, "spec": template_spec}}}));
-        if c.labels.auto_healing {
-            out.push(mhc(
-                c,
-                &ng_name,
-                json!({"matchLabels": {CLUSTER_NAME_LABEL: s, NODEGROUP_LABEL: ng.name}}),
-            ));
-        }
-    }
+        "spec": {"replicas": c.master_count, "version": c.master_version, "machineTemplate": machine_template, "kubeadmConfigSpec": kubeadm}}));
     if c.labels.auto_healing {
         out.push(mhc(
             c,
             &cp_name,
-            json!({"matchLabels": {CLUSTER_NAME_LABEL: s, "cluster.x-k8s.io/control-plane": ""}}),
+            json!({"matchLabels": {CLUSTER_NAME_LABEL: s, CONTROL_PLANE_LABEL: ""}}),
+        ));
+    }
+    out
+}
+
+/// A worker group's OpenStackMachineTemplate spec.
+fn group_machine(c: &ClusterInput, g: &WorkerGroup) -> Value {
+    json!({"template": {"spec": c.machine_spec(&g.flavor, &g.image, g.docker_volume_gb)}})
+}
+
+/// The name of a worker group's OpenStackMachineTemplate for its spec now.
+pub fn group_template_name(c: &ClusterInput, g: &WorkerGroup) -> String {
+    hashed_name(&c.stack_id, &g.key, &spec_hash(&group_machine(c, g)))
+}
+
+/// The name of a worker group's MachineDeployment.
+pub fn group_object_name(c: &ClusterInput, g: &WorkerGroup) -> String {
+    object_name(&c.stack_id, &g.key)
+}
+
+/// One worker group: its two templates, MachineDeployment and health check.
+/// A held group keeps the machine template its MachineDeployment has (its
+/// new templates are not written yet either).
+pub fn render_group(c: &ClusterInput, g: &WorkerGroup) -> Vec<Value> {
+    let s = &c.stack_id;
+    let mut out = Vec::new();
+    let ng_name = group_object_name(c, g);
+    let group_label = [(NODEGROUP_LABEL, g.key.as_str())];
+    let template = match &g.held_template {
+        Some(t) => t.clone(),
+        None => {
+            let machine = group_machine(c, g);
+            let mt = group_template_name(c, g);
+            out.push(json!({"apiVersion": INFRA, "kind": "OpenStackMachineTemplate", "metadata": c.meta(&mt, &group_label), "spec": machine}));
+            let mut bootstrap_spec = json!({"joinConfiguration": {"nodeRegistration": c.node_registration(&g.node_labels, &g.node_taints)}});
+            if g.docker_volume_gb.is_some() {
+                container_storage(&mut bootstrap_spec);
+            }
+            let bootstrap = json!({"template": {"spec": bootstrap_spec}});
+            let bt = hashed_name(s, &g.key, &spec_hash(&bootstrap));
+            out.push(json!({"apiVersion": c.bootstrap_api(), "kind": "KubeadmConfigTemplate", "metadata": c.meta(&bt, &group_label), "spec": bootstrap}));
+            let mut template_spec = json!({"clusterName": s, "version": g.version,
+                "bootstrap": {"configRef": c.reference(c.bootstrap_api(), "KubeadmConfigTemplate", &bt)},
+                "infrastructureRef": c.reference(INFRA, "OpenStackMachineTemplate", &mt)});
+            if let Some(az) = &c.labels.availability_zone {
+                template_spec["failureDomain"] = json!(az);
+            }
+            json!({"metadata": {"labels": c.labels(&group_label)}, "spec": template_spec})
+        }
+    };
+    let selector = json!({"matchLabels": {CLUSTER_NAME_LABEL: s, NODEGROUP_LABEL: g.key}});
+    let rolling =
+        json!({"maxSurge": g.rollout.max_surge, "maxUnavailable": g.rollout.max_unavailable});
+    let mut spec = json!({"clusterName": s, "selector": selector, "template": template});
+    if c.v2() {
+        spec["rollout"] = json!({"strategy": {"type": "RollingUpdate", "rollingUpdate": rolling}});
+    } else {
+        spec["strategy"] = json!({"type": "RollingUpdate", "rollingUpdate": rolling});
+    }
+    if g.set_replicas || g.autoscale.is_none() {
+        spec["replicas"] = json!(g.count);
+    }
+    let mut metadata = c.meta(&ng_name, &group_label);
+    if let Some((min, max)) = g.autoscale {
+        metadata["annotations"] =
+            json!({AUTOSCALER_MIN: min.to_string(), AUTOSCALER_MAX: max.to_string()});
+    }
+    out.push(json!({"apiVersion": c.capi(), "kind": "MachineDeployment", "metadata": metadata, "spec": spec}));
+    if c.labels.auto_healing {
+        out.push(mhc(
+            c,
+            &ng_name,
+            json!({"matchLabels": {CLUSTER_NAME_LABEL: s, NODEGROUP_LABEL: g.key}}),
         ));
     }
     out

@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::render::NODEGROUP_LABEL;
+use std::hash::{Hash, Hasher};
+
+use super::render::{CONTROL_PLANE_LABEL, NODEGROUP_LABEL};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
@@ -41,11 +43,59 @@ pub struct Observed {
     pub helm_releases: Vec<Value>,
 }
 
+impl Observed {
+    /// The MachineDeployment of group `key`.
+    pub fn machine_deployment(&self, key: &str) -> Option<&Value> {
+        self.machine_deployments
+            .iter()
+            .find(|d| label(d, NODEGROUP_LABEL) == Some(key))
+    }
+    /// The Machines of group `key` (`None`: the control plane).
+    pub fn group_machines(&self, key: Option<&str>) -> Vec<&Value> {
+        self.machines
+            .iter()
+            .filter(|m| match key {
+                None => label(m, CONTROL_PLANE_LABEL).is_some(),
+                Some(k) => label(m, NODEGROUP_LABEL) == Some(k),
+            })
+            .collect()
+    }
+}
+
+/// What the rows want of one group: the status says `*_COMPLETE` only
+/// once the management cluster runs exactly this.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GroupTarget {
+    /// The group key (`magnum.openstack.org/nodegroup`); empty for the control plane.
+    pub key: String,
+    /// Desired machines; `None` when the autoscaler owns the count.
+    pub replicas: Option<i64>,
+    /// Kubernetes version of every machine (empty: not checked).
+    pub version: String,
+    /// The OpenStackMachineTemplate the machines must come from.
+    pub template: Option<String>,
+    /// Waiting for the control plane to reach `version` first.
+    pub held: bool,
+    /// Being removed (nodegroup_delete).
+    pub deleting: bool,
+}
+
+/// The targets of a cluster's groups.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Targets {
+    pub control_plane: GroupTarget,
+    pub workers: Vec<GroupTarget>,
+}
+
 /// One nodegroup's view.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupView {
     pub status: String,
+    /// Why it is not done (None when done).
+    pub reason: Option<String>,
     pub node_addresses: Vec<String>,
+    /// The MachineDeployment's `spec.replicas` (what the autoscaler chose).
+    pub replicas: Option<i64>,
 }
 
 /// The Magnum-side result.
@@ -55,13 +105,35 @@ pub struct MagnumView {
     pub status_reason: Option<String>,
     pub api_address: Option<String>,
     pub coe_version: Option<String>,
-    /// The control plane (`default-master`) and each worker group by name.
+    /// The control plane (`default-master`) and each worker group by key.
     pub master: GroupView,
     pub workers: BTreeMap<String, GroupView>,
     pub health_status: String,
     pub health_status_reason: BTreeMap<String, String>,
+    /// Changes whenever a rollout or scale moves a step (for the "no
+    /// progress" timeout of updates).
+    pub progress: u64,
 }
 
+/// How long the operation has run, and its limits (minutes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Clock {
+    /// Since the create started (cluster `created_at`).
+    pub elapsed_min: u64,
+    /// The cluster's `create_timeout` (0: none).
+    pub create_timeout_min: u64,
+    /// Since the update last made progress.
+    pub stalled_min: u64,
+    /// `[capi] update_timeout` (0: none).
+    pub update_timeout_min: u64,
+}
+
+fn label<'a>(o: &'a Value, k: &str) -> Option<&'a str> {
+    o.get("metadata")
+        .and_then(|m| m.get("labels"))
+        .and_then(|l| l.get(k))
+        .and_then(Value::as_str)
+}
 fn ptr<'a>(v: &'a Value, p: &str) -> Option<&'a Value> {
     v.pointer(p)
 }
@@ -75,21 +147,25 @@ fn text<'a>(v: &'a Value, p: &str) -> Option<&'a str> {
 /// The first condition that is not True: "Type: message" (v1beta1 or v1beta2).
 fn blocking_condition(o: &Value) -> Option<String> {
     let conds = ptr(o, "/status/conditions")?.as_array()?;
-    conds.iter().find(|c| c["status"] != "True").map(|c| {
-        let ty = c["type"].as_str().unwrap_or("?");
-        match c["message"]
-            .as_str()
-            .filter(|m| !m.is_empty())
-            .or_else(|| c["reason"].as_str())
-        {
-            Some(m) => format!("{ty}: {m}"),
-            None => format!("{ty} is not yet True"),
-        }
-    })
+    conds
+        .iter()
+        .find(|c| c["status"] != "True" && c["type"] != "Paused" && c["type"] != "Deleting")
+        .map(|c| {
+            let ty = c["type"].as_str().unwrap_or("?");
+            match c["message"]
+                .as_str()
+                .filter(|m| !m.is_empty())
+                .or_else(|| c["reason"].as_str())
+            {
+                Some(m) => format!("{ty}: {m}"),
+                None => format!("{ty} is not yet True"),
+            }
+        })
 }
 
 fn addresses<'a>(machines: impl Iterator<Item = &'a Value>) -> Vec<String> {
     let mut out: Vec<String> = machines
+        .filter(|m| !deleting(m))
         .flat_map(|m| {
             ptr(m, "/status/addresses")
                 .and_then(Value::as_array)
@@ -104,49 +180,124 @@ fn addresses<'a>(machines: impl Iterator<Item = &'a Value>) -> Vec<String> {
     out
 }
 
+fn deleting(o: &Value) -> bool {
+    ptr(o, "/metadata/deletionTimestamp").is_some()
+}
+
 fn running(m: &Value) -> bool {
     text(m, "/status/phase") == Some("Running") && ptr(m, "/status/nodeRef").is_some()
 }
 
-/// Whether we have seen `want` of these Machines running with an address.
-/// The replica counters of a KubeadmControlPlane or MachineDeployment and
-/// the Machines themselves come through different watches, in any order: a
-/// group is complete only once both agree, so a row that says
-/// `*_COMPLETE` always carries every node's address.
-fn machines_seen(machines: &[&Value], want: i64) -> bool {
-    let seen = machines
-        .iter()
-        .filter(|m| running(m) && !addresses(std::iter::once(**m)).is_empty())
-        .count();
-    i64::try_from(seen).unwrap_or(i64::MAX) >= want
+/// A Machine counts toward a done group: running, with an address, not
+/// being deleted, at the group's version.
+fn machine_ok(m: &Value, version: &str) -> bool {
+    running(m)
+        && !deleting(m)
+        && !addresses(std::iter::once(m)).is_empty()
+        && (version.is_empty() || text(m, "/spec/version") == Some(version))
 }
 
-/// Map the observed objects. `elapsed_min` is the time since the operation
-/// started; `create_timeout_min` is the cluster's `create_timeout` (0: none).
-pub fn map(
-    op: Operation,
-    o: &Observed,
-    worker_groups: &[String],
-    elapsed_min: u64,
-    create_timeout_min: u64,
-) -> MagnumView {
-    let word = op.word();
-    let cp_machines: Vec<&Value> = o
-        .machines
-        .iter()
-        .filter(|m| {
-            m.pointer("/metadata/labels/cluster.x-k8s.io~1control-plane")
-                .is_some()
+/// A machine's failure, as CAPI reports it (v1beta1 `failureMessage`, or
+/// the v1beta2 copy under `deprecated`).
+fn machine_failure(m: &Value) -> Option<String> {
+    text(m, "/status/failureMessage")
+        .or_else(|| text(m, "/status/deprecated/v1beta1/failureMessage"))
+        .map(|f| {
+            format!(
+                "machine {} failed: {f}",
+                text(m, "/metadata/name").unwrap_or("?")
+            )
         })
-        .collect();
-    let ng_pointer = format!("/metadata/labels/{}", NODEGROUP_LABEL.replace('/', "~1"));
-    let group_machines = |g: &str| -> Vec<&Value> {
-        o.machines
-            .iter()
-            .filter(|m| m.pointer(&ng_pointer).and_then(Value::as_str) == Some(g))
-            .collect()
-    };
+}
 
+/// `updatedReplicas` (v1beta1) or `upToDateReplicas` (v1beta2).
+fn up_to_date(o: &Value) -> i64 {
+    ptr(o, "/status/updatedReplicas")
+        .or_else(|| ptr(o, "/status/upToDateReplicas"))
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
+}
+
+/// Why one scalable object (KubeadmControlPlane or MachineDeployment) and
+/// its Machines do not match the target yet; `None` when they do.
+/// The replica counters and the Machines come through different watches,
+/// in any order: a group is complete only once both agree, so a row that
+/// says `*_COMPLETE` always carries every node's address.
+fn group_blocker(
+    what: &str,
+    obj: Option<&Value>,
+    machines: &[&Value],
+    t: &GroupTarget,
+    spec_version: &str,
+    spec_template: &str,
+) -> Option<String> {
+    let Some(o) = obj else {
+        return Some(format!("{what} does not exist yet"));
+    };
+    if t.held {
+        return Some(format!(
+            "{what} waits for the control plane to run {}",
+            t.version
+        ));
+    }
+    let generation = int(o, "/metadata/generation");
+    if generation > 0 && int(o, "/status/observedGeneration") < generation {
+        return Some(format!("{what}: waiting for CAPI to observe the change"));
+    }
+    let want = int(o, "/spec/replicas");
+    if let Some(r) = t.replicas
+        && r != want
+    {
+        return Some(format!("{what}: scaling to {r} is not applied yet"));
+    }
+    if !t.version.is_empty() && text(o, spec_version).unwrap_or("") != t.version {
+        return Some(format!("{what}: version {} is not applied yet", t.version));
+    }
+    if let Some(tpl) = &t.template
+        && text(o, spec_template) != Some(tpl.as_str())
+    {
+        return Some(format!("{what}: machine template {tpl} is not applied yet"));
+    }
+    let live: Vec<&&Value> = machines.iter().filter(|m| !deleting(m)).collect();
+    let ok = live.iter().filter(|m| machine_ok(m, &t.version)).count();
+    let gone = machines.len() - live.len();
+    let counters = int(o, "/status/replicas") == want
+        && int(o, "/status/readyReplicas") == want
+        && up_to_date(o) == want;
+    let ok = i64::try_from(ok).unwrap_or(i64::MAX);
+    if counters && ok == want && live.len() as i64 == want && gone == 0 {
+        return None;
+    }
+    // Not there yet: what CAPI says, else the counts.
+    let machine_why = live
+        .iter()
+        .filter(|m| !machine_ok(m, &t.version))
+        .find_map(|m| {
+            blocking_condition(m)
+                .map(|c| format!("machine {}: {c}", text(m, "/metadata/name").unwrap_or("?")))
+        });
+    let counts = format!(
+        "{ok} of {want} machines ready{}{}",
+        if t.version.is_empty() {
+            String::new()
+        } else {
+            format!(" at {}", t.version)
+        },
+        if gone > 0 {
+            format!(", {gone} being deleted")
+        } else {
+            String::new()
+        }
+    );
+    Some(match blocking_condition(o).or(machine_why) {
+        Some(c) => format!("{what}: {counts}; {c}"),
+        None => format!("{what}: {counts}"),
+    })
+}
+
+/// Map the observed objects against the targets.
+pub fn map(op: Operation, o: &Observed, targets: &Targets, clock: Clock) -> MagnumView {
+    let word = op.word();
     let api_address = o.cluster.as_ref().and_then(|c| {
         let host = text(c, "/spec/controlPlaneEndpoint/host")?;
         let port = ptr(c, "/spec/controlPlaneEndpoint/port")
@@ -161,60 +312,111 @@ pub fn map(
         .map(str::to_string);
 
     // Groups.
-    let cp_done = o.control_plane.as_ref().is_some_and(|k| {
-        let want = int(k, "/spec/replicas");
-        let updated = ptr(k, "/status/updatedReplicas")
-            .or_else(|| ptr(k, "/status/upToDateReplicas"))
-            .and_then(Value::as_i64)
-            .unwrap_or(0);
-        want > 0
-            && int(k, "/status/readyReplicas") == want
-            && updated == want
-            && int(k, "/status/replicas") == want
-            && machines_seen(&cp_machines, want)
-    });
-    let group_status = |done: bool, gone: bool| -> String {
-        match (op, done, gone) {
-            (Operation::Delete, _, true) => "DELETE_COMPLETE".into(),
-            (Operation::Delete, _, false) => "DELETE_IN_PROGRESS".into(),
-            (_, true, _) => format!("{word}_COMPLETE"),
+    let cp_machines = o.group_machines(None);
+    let cp_template_ptr = if o
+        .control_plane
+        .as_ref()
+        .is_some_and(|k| ptr(k, "/spec/machineTemplate/spec").is_some())
+    {
+        "/spec/machineTemplate/spec/infrastructureRef/name"
+    } else {
+        "/spec/machineTemplate/infrastructureRef/name"
+    };
+    let mut cp_blocker = group_blocker(
+        "control plane",
+        o.control_plane.as_ref(),
+        &cp_machines,
+        &targets.control_plane,
+        "/spec/version",
+        cp_template_ptr,
+    );
+    if cp_blocker.is_none()
+        && !targets.control_plane.version.is_empty()
+        && let Some(k) = &o.control_plane
+        && text(k, "/status/version") != Some(targets.control_plane.version.as_str())
+    {
+        cp_blocker = Some(format!(
+            "control plane: version {} is not reported yet",
+            targets.control_plane.version
+        ));
+    }
+    let group_status = |done: bool, deleting: bool, gone: bool| -> String {
+        match (op, deleting, done, gone) {
+            (Operation::Delete, _, _, true) | (_, true, _, true) => "DELETE_COMPLETE".into(),
+            (Operation::Delete, _, _, false) | (_, true, _, false) => "DELETE_IN_PROGRESS".into(),
+            (_, _, true, _) => format!("{word}_COMPLETE"),
             _ => format!("{word}_IN_PROGRESS"),
         }
     };
+    let mut fingerprint = std::collections::hash_map::DefaultHasher::new();
     let master = GroupView {
-        status: group_status(cp_done, o.control_plane.is_none() && cp_machines.is_empty()),
+        status: group_status(
+            cp_blocker.is_none(),
+            false,
+            o.control_plane.is_none() && cp_machines.is_empty(),
+        ),
+        reason: cp_blocker.clone(),
         node_addresses: addresses(cp_machines.iter().copied()),
+        replicas: o.control_plane.as_ref().map(|k| int(k, "/spec/replicas")),
     };
     let mut workers = BTreeMap::new();
-    let mut workers_done = true;
-    for g in worker_groups {
-        let md = o.machine_deployments.iter().find(|d| {
-            d.pointer(&format!(
-                "/metadata/labels/{}",
-                NODEGROUP_LABEL.replace('/', "~1")
-            ))
-            .and_then(Value::as_str)
-                == Some(g.as_str())
-        });
-        let done = md.is_some_and(|d| {
-            let want = int(d, "/spec/replicas");
-            let updated = ptr(d, "/status/updatedReplicas")
-                .or_else(|| ptr(d, "/status/upToDateReplicas"))
-                .and_then(Value::as_i64)
-                .unwrap_or(0);
-            int(d, "/status/readyReplicas") == want
-                && updated == want
-                && int(d, "/status/replicas") == want
-                && machines_seen(&group_machines(g), want)
-        });
-        workers_done &= done;
+    let mut group_blockers = Vec::new();
+    let mut failures = Vec::new();
+    for t in &targets.workers {
+        let md = o.machine_deployment(&t.key);
+        let machines = o.group_machines(Some(&t.key));
+        let gone = md.is_none() && machines.is_empty();
+        let blocker = if t.deleting {
+            (!gone).then(|| {
+                format!(
+                    "nodegroup {}: waiting for {} machine(s) to be deleted",
+                    t.key,
+                    machines.len()
+                )
+            })
+        } else {
+            group_blocker(
+                &format!("nodegroup {}", t.key),
+                md,
+                &machines,
+                t,
+                "/spec/template/spec/version",
+                "/spec/template/spec/infrastructureRef/name",
+            )
+        };
+        if !t.deleting {
+            failures.extend(machines.iter().filter_map(|m| machine_failure(m)));
+        }
+        if let Some(b) = &blocker {
+            group_blockers.push(b.clone());
+        }
         workers.insert(
-            g.clone(),
+            t.key.clone(),
             GroupView {
-                status: group_status(done, md.is_none() && group_machines(g).is_empty()),
-                node_addresses: addresses(group_machines(g).into_iter()),
+                status: group_status(blocker.is_none(), t.deleting, gone),
+                reason: blocker,
+                node_addresses: addresses(machines.iter().copied()),
+                replicas: md.map(|d| int(d, "/spec/replicas")),
             },
         );
+    }
+    failures.extend(cp_machines.iter().filter_map(|m| machine_failure(m)));
+    // Progress: any counter or machine phase that moves.
+    for obj in o
+        .control_plane
+        .iter()
+        .chain(o.machine_deployments.iter())
+        .chain(o.machines.iter())
+    {
+        (
+            text(obj, "/metadata/name"),
+            text(obj, "/status/phase"),
+            int(obj, "/status/readyReplicas"),
+            up_to_date(obj),
+            int(obj, "/status/replicas"),
+            deleting(obj),
+        )
+            .hash(&mut fingerprint);
     }
 
     // Health.
@@ -232,7 +434,8 @@ pub fn map(
         "api".to_string(),
         if api_ok { "ok" } else { "nok" }.to_string(),
     );
-    for m in &o.machines {
+    let live: Vec<&Value> = o.machines.iter().filter(|m| !deleting(m)).collect();
+    for m in &live {
         if let Some(n) = text(m, "/metadata/name") {
             health_reason.insert(
                 format!("{n}.Ready"),
@@ -240,7 +443,7 @@ pub fn map(
             );
         }
     }
-    let healthy = api_ok && o.machines.iter().all(running) && !o.machines.is_empty();
+    let healthy = api_ok && live.iter().all(|m| running(m)) && !live.is_empty();
 
     // Overall status and reason.
     let failure = o
@@ -255,6 +458,7 @@ pub fn map(
                 text(c, "/status/failureMessage").map(|m| format!("Cluster failed: {m}"))
             })
         })
+        .or_else(|| failures.first().cloned())
         .or_else(|| {
             o.helm_releases.iter().find_map(|h| {
                 let failed = text(h, "/status/status").is_some_and(|s| s == "failed")
@@ -279,6 +483,15 @@ pub fn map(
         .helm_releases
         .iter()
         .all(|h| text(h, "/status/status") == Some("deployed"));
+    let waiting = || -> Option<String> {
+        o.cluster
+            .as_ref()
+            .and_then(blocking_condition)
+            .or_else(|| cp_blocker.clone())
+            .or_else(|| group_blockers.first().cloned())
+            .or_else(|| (!addons_done).then(|| "waiting for addons".to_string()))
+    };
+    let all_done = cp_blocker.is_none() && group_blockers.is_empty() && addons_done && api_ok;
     let (status, reason) = match op {
         Operation::Delete => match &o.cluster {
             None => ("DELETE_COMPLETE".to_string(), None),
@@ -303,31 +516,39 @@ pub fn map(
         _ => {
             if let Some(f) = failure {
                 (format!("{word}_FAILED"), Some(f))
-            } else if cp_done && workers_done && addons_done && api_ok {
+            } else if all_done {
                 (format!("{word}_COMPLETE"), None)
             } else if op == Operation::Create
-                && create_timeout_min > 0
-                && elapsed_min >= create_timeout_min
+                && clock.create_timeout_min > 0
+                && clock.elapsed_min >= clock.create_timeout_min
             {
                 let waiting = o
                     .cluster
                     .as_ref()
                     .and_then(blocking_condition)
+                    .or_else(|| cp_blocker.clone())
                     .unwrap_or_else(|| "the cluster".into());
                 (
                     format!("{word}_FAILED"),
                     Some(format!(
-                        "Timed out after {create_timeout_min} minutes; still waiting for {waiting}"
+                        "Timed out after {} minutes; still waiting for {waiting}",
+                        clock.create_timeout_min
+                    )),
+                )
+            } else if op == Operation::Update
+                && clock.update_timeout_min > 0
+                && clock.stalled_min >= clock.update_timeout_min
+            {
+                (
+                    format!("{word}_FAILED"),
+                    Some(format!(
+                        "No progress for {} minutes; {}",
+                        clock.update_timeout_min,
+                        waiting().unwrap_or_else(|| "the cluster is not ready".into())
                     )),
                 )
             } else {
-                let why = o
-                    .cluster
-                    .as_ref()
-                    .and_then(blocking_condition)
-                    .or_else(|| o.control_plane.as_ref().and_then(blocking_condition))
-                    .or_else(|| (!addons_done).then(|| "waiting for addons".to_string()));
-                (format!("{word}_IN_PROGRESS"), why)
+                (format!("{word}_IN_PROGRESS"), waiting())
             }
         }
     };
@@ -340,6 +561,7 @@ pub fn map(
         workers,
         health_status: if healthy { "HEALTHY" } else { "UNHEALTHY" }.to_string(),
         health_status_reason: health_reason,
+        progress: fingerprint.finish(),
     }
 }
 
@@ -347,6 +569,13 @@ pub fn map(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    const V: &str = "v1.30.4";
+
+    fn machine(name: &str, labels: Value, ip: &str, ready: bool, version: &str) -> Value {
+        json!({"metadata": {"name": name, "labels": labels}, "spec": {"version": version},
+               "status": if ready { json!({"phase": "Running", "nodeRef": {"name": name}, "addresses": [{"type": "InternalIP", "address": ip}]}) } else { json!({"phase": "Provisioning"}) }})
+    }
 
     fn observed(v2: bool, ready: bool) -> Observed {
         let ng = |g: &str| json!({NODEGROUP_LABEL: g});
@@ -365,29 +594,32 @@ mod tests {
             "updatedReplicas"
         };
         let n = if ready { 3 } else { 0 };
-        let machine = |name: &str, labels: Value, ip: &str| {
-            json!({"metadata": {"name": name, "labels": labels},
-            "status": if ready { json!({"phase": "Running", "nodeRef": {"name": name}, "addresses": [{"type": "InternalIP", "address": ip}]}) } else { json!({"phase": "Provisioning"}) }})
+        let tpl = if v2 {
+            json!({"spec": {"infrastructureRef": {"name": "cp-tpl"}}})
+        } else {
+            json!({"infrastructureRef": {"name": "cp-tpl"}})
         };
         Observed {
             cluster: Some(
                 json!({"metadata": {"finalizers": ["cluster.cluster.x-k8s.io"]}, "spec": {"controlPlaneEndpoint": {"host": "203.0.113.10", "port": 6443}},
-                                 "status": {"conditions": [cond(ready_type, ready)]}}),
+                       "status": {"conditions": [cond(ready_type, ready)]}}),
             ),
             infra: Some(json!({"status": {"ready": true}})),
             control_plane: Some(
-                json!({"spec": {"replicas": 3, "version": "v1.30.4"}, "status": {"replicas": 3, "readyReplicas": n, upd: n, "version": "v1.30.4"}}),
+                json!({"metadata": {"generation": 1}, "spec": {"replicas": 3, "version": V, "machineTemplate": tpl},
+                       "status": {"observedGeneration": 1, "replicas": 3, "readyReplicas": n, upd: n, "version": V}}),
             ),
             machine_deployments: vec![
-                json!({"metadata": {"labels": ng("default-worker")}, "spec": {"replicas": 2},
-                                             "status": {"replicas": 2, "readyReplicas": if ready { 2 } else { 0 }, upd: if ready { 2 } else { 0 }}}),
+                json!({"metadata": {"generation": 2, "labels": ng("default-worker")},
+                       "spec": {"replicas": 2, "template": {"spec": {"version": V, "infrastructureRef": {"name": "w-tpl"}}}},
+                       "status": {"observedGeneration": 2, "replicas": 2, "readyReplicas": if ready { 2 } else { 0 }, upd: if ready { 2 } else { 0 }}}),
             ],
             machines: vec![
-                machine("cp-1", cp.clone(), "10.0.0.5"),
-                machine("cp-2", cp.clone(), "10.0.0.6"),
-                machine("cp-3", cp, "10.0.0.4"),
-                machine("w-1", ng("default-worker"), "10.0.0.7"),
-                machine("w-2", ng("default-worker"), "10.0.0.8"),
+                machine("cp-1", cp.clone(), "10.0.0.5", ready, V),
+                machine("cp-2", cp.clone(), "10.0.0.6", ready, V),
+                machine("cp-3", cp, "10.0.0.4", ready, V),
+                machine("w-1", ng("default-worker"), "10.0.0.7", ready, V),
+                machine("w-2", ng("default-worker"), "10.0.0.8", ready, V),
             ],
             helm_releases: vec![
                 json!({"spec": {"releaseName": "cni-calico"}, "status": {"status": if ready { "deployed" } else { "pending-install" }}}),
@@ -395,11 +627,43 @@ mod tests {
         }
     }
 
+    fn targets() -> Targets {
+        Targets {
+            control_plane: GroupTarget {
+                key: String::new(),
+                replicas: Some(3),
+                version: V.into(),
+                template: Some("cp-tpl".into()),
+                ..GroupTarget::default()
+            },
+            workers: vec![GroupTarget {
+                key: "default-worker".into(),
+                replicas: Some(2),
+                version: V.into(),
+                template: Some("w-tpl".into()),
+                ..GroupTarget::default()
+            }],
+        }
+    }
+
+    fn clock(elapsed: u64) -> Clock {
+        Clock {
+            elapsed_min: elapsed,
+            create_timeout_min: 60,
+            stalled_min: 0,
+            update_timeout_min: 60,
+        }
+    }
+
     #[test]
     fn create_progress_and_completion_on_both_shapes() {
-        let groups = ["default-worker".to_string()];
         for v2 in [false, true] {
-            let waiting = map(Operation::Create, &observed(v2, false), &groups, 3, 60);
+            let waiting = map(
+                Operation::Create,
+                &observed(v2, false),
+                &targets(),
+                clock(3),
+            );
             assert_eq!(waiting.status, "CREATE_IN_PROGRESS");
             assert!(
                 waiting
@@ -415,16 +679,14 @@ mod tests {
                 "api_address as soon as the endpoint exists"
             );
             assert_eq!(waiting.health_status, "UNHEALTHY");
-            let done = map(Operation::Create, &observed(v2, true), &groups, 9, 60);
+            let done = map(Operation::Create, &observed(v2, true), &targets(), clock(9));
             assert_eq!(done.status, "CREATE_COMPLETE", "{done:?}");
             assert_eq!(done.status_reason, None);
-            assert_eq!(done.coe_version.as_deref(), Some("v1.30.4"));
+            assert_eq!(done.coe_version.as_deref(), Some(V));
+            assert_eq!(done.master.status, "CREATE_COMPLETE");
             assert_eq!(
-                done.master,
-                GroupView {
-                    status: "CREATE_COMPLETE".into(),
-                    node_addresses: vec!["10.0.0.4".into(), "10.0.0.5".into(), "10.0.0.6".into()]
-                }
+                done.master.node_addresses,
+                ["10.0.0.4", "10.0.0.5", "10.0.0.6"]
             );
             assert_eq!(
                 done.workers["default-worker"].node_addresses,
@@ -437,41 +699,155 @@ mod tests {
 
     #[test]
     fn complete_only_once_every_machine_is_seen_with_its_address() {
-        let groups = ["default-worker".to_string()];
         for v2 in [false, true] {
             // The counters say ready, but one control-plane Machine's update
             // (and one worker's) has not arrived through its watch yet.
             for name in ["cp-3", "w-2"] {
                 let mut o = observed(v2, true);
                 o.machines.retain(|m| m["metadata"]["name"] != name);
-                let early = map(Operation::Create, &o, &groups, 9, 60);
+                let early = map(Operation::Create, &o, &targets(), clock(9));
                 assert_eq!(early.status, "CREATE_IN_PROGRESS", "{name}: {early:?}");
-                // Seen, running, but without an address yet.
                 let mut o = observed(v2, true);
                 for m in &mut o.machines {
                     if m["metadata"]["name"] == name {
                         m["status"]["addresses"] = json!([]);
                     }
                 }
-                let early = map(Operation::Create, &o, &groups, 9, 60);
+                let early = map(Operation::Create, &o, &targets(), clock(9));
                 assert_eq!(early.status, "CREATE_IN_PROGRESS", "{name}: {early:?}");
             }
-            let done = map(Operation::Create, &observed(v2, true), &groups, 9, 60);
-            assert_eq!(done.status, "CREATE_COMPLETE");
         }
     }
 
     #[test]
+    fn updates_complete_only_at_the_target() {
+        let done = observed(false, true);
+        assert_eq!(
+            map(Operation::Update, &done, &targets(), clock(0)).status,
+            "UPDATE_COMPLETE"
+        );
+        // A scale the MachineDeployment has not got yet (cache behind our apply).
+        let mut t = targets();
+        t.workers[0].replicas = Some(4);
+        let v = map(Operation::Update, &done, &t, clock(0));
+        assert_eq!(v.status, "UPDATE_IN_PROGRESS");
+        assert!(
+            v.status_reason.unwrap().contains("scaling to 4"),
+            "reason names it"
+        );
+        // CAPI has not observed the new generation yet.
+        let mut o = done.clone();
+        o.machine_deployments[0]["metadata"]["generation"] = json!(3);
+        assert_eq!(
+            map(Operation::Update, &o, &targets(), clock(0)).status,
+            "UPDATE_IN_PROGRESS"
+        );
+        // Scaling down: a machine still being deleted keeps it in progress,
+        // and its address is gone from the row already.
+        let mut o = done.clone();
+        o.machine_deployments[0]["spec"]["replicas"] = json!(1);
+        for k in ["replicas", "readyReplicas", "updatedReplicas"] {
+            o.machine_deployments[0]["status"][k] = json!(1);
+        }
+        o.machines[4]["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        let mut t = targets();
+        t.workers[0].replicas = Some(1);
+        let v = map(Operation::Update, &o, &t, clock(0));
+        assert_eq!(v.workers["default-worker"].status, "UPDATE_IN_PROGRESS");
+        assert!(
+            v.workers["default-worker"]
+                .reason
+                .as_ref()
+                .unwrap()
+                .contains("1 being deleted")
+        );
+        assert_eq!(v.workers["default-worker"].node_addresses, ["10.0.0.7"]);
+        o.machines.remove(4);
+        assert_eq!(
+            map(Operation::Update, &o, &t, clock(0)).status,
+            "UPDATE_COMPLETE"
+        );
+        // An upgrade: machines at the old version do not count.
+        let mut t = targets();
+        t.control_plane.version = "v1.31.0".into();
+        let v = map(Operation::Update, &done, &t, clock(0));
+        assert!(
+            v.master
+                .reason
+                .as_ref()
+                .unwrap()
+                .contains("version v1.31.0 is not applied"),
+            "{v:?}"
+        );
+        // A held group is not done; an autoscaled group takes any count.
+        let mut t = targets();
+        t.workers[0].held = true;
+        let v = map(Operation::Update, &done, &t, clock(0));
+        assert!(
+            v.status_reason
+                .unwrap()
+                .contains("waits for the control plane")
+        );
+        let mut t = targets();
+        t.workers[0].replicas = None;
+        assert_eq!(
+            map(Operation::Update, &done, &t, clock(0)).workers["default-worker"].replicas,
+            Some(2)
+        );
+        assert_eq!(
+            map(Operation::Update, &done, &t, clock(0)).status,
+            "UPDATE_COMPLETE"
+        );
+    }
+
+    #[test]
+    fn stalled_updates_fail_with_the_capi_reason() {
+        let mut o = observed(true, true);
+        o.machine_deployments[0]["spec"]["template"]["spec"]["version"] = json!("v1.31.0");
+        o.machines.push(json!({"metadata": {"name": "w-3", "labels": {NODEGROUP_LABEL: "default-worker"}},
+            "spec": {"version": "v1.31.0"},
+            "status": {"phase": "Provisioning", "conditions": [{"type": "InfrastructureReady", "status": "False", "reason": "InstanceCreating", "message": "instance is in BUILD"}]}}));
+        let mut t = targets();
+        t.workers[0].version = "v1.31.0".into();
+        let mut c = clock(0);
+        c.stalled_min = 59;
+        assert_eq!(
+            map(Operation::Update, &o, &t, c).status,
+            "UPDATE_IN_PROGRESS"
+        );
+        c.stalled_min = 60;
+        let v = map(Operation::Update, &o, &t, c);
+        assert_eq!(v.status, "UPDATE_FAILED");
+        let r = v.status_reason.unwrap();
+        assert!(
+            r.starts_with("No progress for 60 minutes; nodegroup default-worker"),
+            "{r}"
+        );
+        assert!(
+            r.contains("machine w-3: InfrastructureReady: instance is in BUILD"),
+            "names the stuck machine's condition: {r}"
+        );
+        // Progress changes the fingerprint.
+        let before = map(Operation::Update, &o, &t, clock(0)).progress;
+        o.machines[5]["status"]["phase"] = json!("Provisioned");
+        assert_ne!(before, map(Operation::Update, &o, &t, clock(0)).progress);
+    }
+
+    #[test]
     fn failures_timeouts_and_deletion() {
-        let groups = ["default-worker".to_string()];
         let mut o = observed(false, false);
         o.infra = Some(
             json!({"status": {"ready": false, "failureReason": "CreateError", "failureMessage": "Quota exceeded for floatingip"}}),
         );
-        let f = map(Operation::Create, &o, &groups, 1, 60);
+        let f = map(Operation::Create, &o, &targets(), clock(1));
         assert_eq!(f.status, "CREATE_FAILED");
         assert!(f.status_reason.unwrap().contains("Quota exceeded"));
-        let t = map(Operation::Create, &observed(true, false), &groups, 61, 60);
+        let t = map(
+            Operation::Create,
+            &observed(true, false),
+            &targets(),
+            clock(61),
+        );
         assert_eq!(t.status, "CREATE_FAILED");
         assert!(
             t.status_reason
@@ -482,24 +858,53 @@ mod tests {
         addon.helm_releases = vec![
             json!({"spec": {"releaseName": "openstack-ccm"}, "status": {"status": "failed", "conditions": [{"type": "Ready", "status": "False", "reason": "HelmInstallOrUpgradeFailed", "message": "timed out"}]}}),
         ];
-        let a = map(Operation::Create, &addon, &groups, 5, 60);
+        let a = map(Operation::Create, &addon, &targets(), clock(5));
         assert_eq!(a.status, "CREATE_FAILED");
         assert!(a.status_reason.unwrap().contains("openstack-ccm"));
+        let mut failed = observed(false, true);
+        failed.machines[3]["status"]["failureMessage"] = json!("server in ERROR");
+        let u = map(Operation::Update, &failed, &targets(), clock(5));
+        assert_eq!(u.status, "UPDATE_FAILED");
+        assert_eq!(
+            u.status_reason.as_deref(),
+            Some("machine w-1 failed: server in ERROR")
+        );
 
-        let d = map(Operation::Delete, &observed(false, true), &groups, 1, 0);
+        let d = map(
+            Operation::Delete,
+            &observed(false, true),
+            &targets(),
+            clock(1),
+        );
         assert_eq!(d.status, "DELETE_IN_PROGRESS");
         assert!(d.status_reason.unwrap().contains("5 machine(s)"));
         let mut blocked = observed(false, true);
         blocked.machines.clear();
-        let b = map(Operation::Delete, &blocked, &groups, 1, 0);
+        let b = map(Operation::Delete, &blocked, &targets(), clock(1));
         assert!(
             b.status_reason
                 .unwrap()
-                .contains("cluster.cluster.x-k8s.io"),
-            "a blocked deletion says why"
+                .contains("cluster.cluster.x-k8s.io")
         );
-        let gone = map(Operation::Delete, &Observed::default(), &groups, 2, 0);
+        let gone = map(
+            Operation::Delete,
+            &Observed::default(),
+            &targets(),
+            clock(2),
+        );
         assert_eq!(gone.status, "DELETE_COMPLETE");
         assert_eq!(gone.workers["default-worker"].status, "DELETE_COMPLETE");
+        // One group being deleted inside an update.
+        let mut t = targets();
+        t.workers[0].deleting = true;
+        let v = map(Operation::Update, &observed(false, true), &t, clock(1));
+        assert_eq!(v.workers["default-worker"].status, "DELETE_IN_PROGRESS");
+        assert_eq!(v.status, "UPDATE_IN_PROGRESS");
+        let mut o = observed(false, true);
+        o.machine_deployments.clear();
+        o.machines.truncate(3);
+        let v = map(Operation::Update, &o, &t, clock(1));
+        assert_eq!(v.workers["default-worker"].status, "DELETE_COMPLETE");
+        assert_eq!(v.status, "UPDATE_COMPLETE");
     }
 }

@@ -170,6 +170,63 @@ impl Credentials {
         Ok(self.cloud(ac.auth_url, ac.id, ac.secret))
     }
 
+    /// Whether credentials come from Keystone (else one static credential).
+    pub fn rotatable(&self) -> bool {
+        matches!(self.source, Source::Keystone(_))
+    }
+
+    /// The application credential stored for a cluster, if any: (id, auth_url).
+    pub async fn stored_for(
+        &self,
+        client: &kube::Client,
+        namespace: &str,
+        stack_id: &str,
+    ) -> Result<Option<(String, String)>, CredentialError> {
+        let secrets: Api<KubeSecret> = Api::namespaced(client.clone(), namespace);
+        let name = object_name(stack_id, "cloud-credentials");
+        Ok(
+            crate::mgmt::with_retries("read credentials", || secrets.get_opt(&name))
+                .await?
+                .as_ref()
+                .and_then(stored)
+                .map(|(id, _, url)| (id, url)),
+        )
+    }
+
+    /// A new application credential for the requesting user (rotation):
+    /// named `magnum-<cluster uuid>-<short id>` (Keystone names are unique
+    /// per user, and the old one still exists until it is replaced).
+    pub async fn create_new(
+        &self,
+        input: &ClusterInput,
+        cluster_name: &str,
+        ctx: &RequestContext,
+    ) -> Result<CloudConfig, CredentialError> {
+        let Source::Keystone(keystone) = &self.source else {
+            return Err(CredentialError::NeedsRequest);
+        };
+        let short = common::short_id::generate_id().to_ascii_lowercase();
+        let ac = keystone
+            .create(
+                ctx,
+                &format!("magnum-{}-{short}", input.cluster_uuid),
+                &format!("Magnum cluster ({cluster_name})"),
+            )
+            .await?;
+        tracing::info!(cluster = %input.cluster_uuid, application_credential = %ac.id, "application credential created (rotation)");
+        Ok(self.cloud(ac.auth_url, ac.id, ac.secret))
+    }
+
+    /// Delete an application credential of `user` (the conductor's own
+    /// `[keystone_auth]` credentials).
+    pub async fn delete(&self, user: &str, id: &str) -> Result<(), CredentialError> {
+        let Source::Keystone(keystone) = &self.source else {
+            return Ok(());
+        };
+        keystone.delete(user, id).await?;
+        Ok(())
+    }
+
     /// Delete a deleted cluster's application credential (read from its
     /// Secret in `namespace`). Static credentials are shared: kept.
     pub async fn release(

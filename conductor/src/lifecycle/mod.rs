@@ -1,18 +1,41 @@
 //! Cluster operations on Cluster API.
 //!
-//! - [`rows`]: the rows `cluster_create` inserts and the rendering input read
-//!   back from them (pure);
-//! - [`sync`]: which columns a status view changes (pure);
+//! Pure parts (no I/O, tested on their own):
+//! - [`rows`]: the rows `cluster_create` inserts, and rows -> rendering input;
+//! - [`plan`]: allowed statuses, what the management cluster should hold
+//!   now (holds, autoscaled counts, rollouts), drift, upgrade paths,
+//!   `nodes_to_remove`;
+//! - [`sync`]: which columns a status view changes;
+//! - [`runner::failure_writes`]: what a failed operation writes.
+//!
+//! I/O:
+//! - [`engine`]: the shared state, rows, desired state and applies;
+//! - [`runner`]: the step runner (lock, acknowledgement, failure
+//!   bookkeeping, outcomes, metrics) every operation runs on;
+//! - one module per operation: [`create`], [`delete`], [`scale`]
+//!   (`cluster_update`, `cluster_resize`), [`upgrade`], [`nodegroups`],
+//!   [`rotate`] (`credential_rotate`);
+//! - [`reconcile`]: the status worker (watch events -> rows, drift repair,
+//!   nodegroup removal, update timeouts); [`resume`]: what a previous
+//!   conductor left in progress;
 //! - [`watch`]: reflectors on the CAPI kinds, one event = one cluster to look at;
-//! - [`credentials`]: the OpenStack credentials given to each cluster;
-//! - [`keystone`]: application credentials in Keystone (HTTP);
-//! - [`engine`]: create, delete, the status worker and the startup resume (I/O).
+//! - [`credentials`] and [`keystone`]: the OpenStack credentials of clusters.
 
+pub mod create;
 pub mod credentials;
+pub mod delete;
 pub mod engine;
 pub mod keystone;
+pub mod nodegroups;
+pub mod plan;
+pub mod reconcile;
+pub mod resume;
+pub mod rotate;
 pub mod rows;
+pub mod runner;
+pub mod scale;
 pub mod sync;
+pub mod upgrade;
 pub mod watch;
 
 pub use engine::Engine;

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::capi::labels;
 use crate::capi::naming;
-use crate::capi::render::{CapiLine, ClusterInput, WorkerGroup};
+use crate::capi::render::{CapiLine, ClusterInput, Rollout, WorkerGroup};
 
 pub const CREATE_IN_PROGRESS: &str = "CREATE_IN_PROGRESS";
 
@@ -134,8 +134,144 @@ fn opt(o: &MagnumObject, field: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// Warnings about labels that are ignored (logged once, at create).
+pub fn label_warnings(cluster: &MagnumObject, template: &MagnumObject) -> Vec<String> {
+    let driver = opt(template, "network_driver").unwrap_or_else(|| "calico".into());
+    labels::parse(&dict(cluster.get("labels")), &driver)
+        .map(|(_, w)| w)
+        .unwrap_or_default()
+}
+
+/// Distributions whose images boot with Ignition: kubeadm bootstrap data
+/// for them needs `format: ignition`, which this conductor does not render.
+pub const IGNITION_DISTROS: &[&str] = &["flatcar", "fedora-coreos", "coreos"];
+
+/// The `[capi] os_distros` this conductor really serves: the configured
+/// ones minus Ignition distributions (returned second, to warn about).
+pub fn served_distros(configured: &[String]) -> (Vec<String>, Vec<String>) {
+    configured
+        .iter()
+        .cloned()
+        .partition(|d| !IGNITION_DISTROS.contains(&d.as_str()))
+}
+
+/// Why this conductor cannot build the template's cluster type, as
+/// Magnum's `ClusterTypeNotSupported` words it (the driver lookup Magnum's
+/// conductor makes before `create_cluster`); None when it can.
+pub fn cluster_type_refusal(template: &MagnumObject, served: &[String]) -> Option<String> {
+    let server_type = opt(template, "server_type");
+    let distro = opt(template, "cluster_distro");
+    let coe = opt(template, "coe");
+    let ok = server_type.as_deref() == Some("vm")
+        && coe.as_deref() == Some("kubernetes")
+        && distro.as_ref().is_some_and(|d| served.contains(d));
+    if ok {
+        return None;
+    }
+    let none = || "None".to_string();
+    let supported = served
+        .iter()
+        .map(|d| format!("(vm, {d}, kubernetes)"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut msg = format!(
+        "Cluster type ({}, {}, {}) is not supported by any loaded cluster driver. \
+         Loaded drivers support: {}.",
+        server_type.unwrap_or_else(none),
+        distro.clone().unwrap_or_else(none),
+        coe.unwrap_or_else(none),
+        if supported.is_empty() {
+            "none".to_string()
+        } else {
+            supported
+        }
+    );
+    if let Some(d) = distro.filter(|d| IGNITION_DISTROS.contains(&d.as_str())) {
+        msg.push_str(&format!(
+            " {d} images boot with Ignition; this conductor bootstraps nodes with cloud-init."
+        ));
+    }
+    Some(msg)
+}
+
+/// Nodegroup statuses of a group that is going away (not rendered).
+pub fn is_deleting(ng: &MagnumObject) -> bool {
+    ng.get_str("status")
+        .is_some_and(|s| s.starts_with("DELETE_"))
+}
+
+/// The group key of a nodegroup row (see [`naming::group_key`]).
+pub fn group_key(ng: &MagnumObject) -> String {
+    naming::group_key(
+        ng.get_str("name").unwrap_or_default(),
+        ng.get_str("uuid").unwrap_or_default(),
+    )
+}
+
+/// The Kubernetes version a nodegroup row asks for: its `version` (set by
+/// upgrades), else the `kube_tag` its labels were created with, else the
+/// cluster's.
+pub fn group_version(ng: &MagnumObject, cluster_version: &str) -> Result<String, String> {
+    if let Some(v) = opt(ng, "version") {
+        return labels::kube_version(&v).map_err(|e| {
+            format!(
+                "nodegroup {} version: {e}",
+                ng.get_str("name").unwrap_or("?")
+            )
+        });
+    }
+    let from_labels = ng
+        .get("labels")
+        .and_then(|l| l.get("kube_tag"))
+        .and_then(Value::as_str)
+        .and_then(|t| labels::kube_version(t).ok());
+    Ok(from_labels.unwrap_or_else(|| cluster_version.to_string()))
+}
+
+/// The autoscaler bounds of a worker group, or None when it is not
+/// autoscaled (autoscaling off, no `max_node_count`, or min == max, as
+/// magnum-capi-helm). The default worker falls back to the cluster's
+/// `min_node_count` / `max_node_count` labels.
+pub fn autoscale_bounds(
+    cluster_labels: &labels::Labels,
+    ng: &MagnumObject,
+) -> Result<Option<(u32, u32)>, String> {
+    if !cluster_labels.auto_scaling {
+        return Ok(None);
+    }
+    let name = ng.get_str("name").unwrap_or("?");
+    let default = ng.get_bool("is_default") == Some(true);
+    let col = |f: &str| ng.get_i64(f).map(|n| u32::try_from(n).unwrap_or(0));
+    let max = col("max_node_count").or(if default {
+        cluster_labels.max_node_count
+    } else {
+        None
+    });
+    let Some(max) = max else { return Ok(None) };
+    let min = col("min_node_count")
+        .or(if default {
+            cluster_labels.min_node_count
+        } else {
+            None
+        })
+        .unwrap_or(1);
+    if min < 1 {
+        return Err(format!(
+            "nodegroup {name}: min_node_count must be at least 1 with auto_scaling_enabled \
+             (scaling from zero is not supported: CAPO reports no machine capacity)"
+        ));
+    }
+    if max < min {
+        return Err(format!(
+            "nodegroup {name}: max_node_count {max} is below min_node_count {min}"
+        ));
+    }
+    Ok((max > min).then_some((min, max)))
+}
+
 /// Rendering input from the rows. Errors are the `status_reason` of a
-/// failed create: they name the field or label that cannot be honoured.
+/// failed operation: they name the field or label that cannot be honoured.
+/// Nodegroups being deleted are left out.
 pub fn cluster_input(
     line: CapiLine,
     namespace_prefix: &str,
@@ -155,7 +291,7 @@ pub fn cluster_input(
     let (labels, warnings) =
         labels::parse(&dict(cluster.get("labels")), &network_driver).map_err(|e| e.to_string())?;
     for w in warnings {
-        tracing::warn!(cluster = %uuid, "{w}");
+        tracing::debug!(cluster = %uuid, "{w}");
     }
     let master = nodegroups
         .iter()
@@ -199,10 +335,11 @@ pub fn cluster_input(
             "master_count {master_count} is not supported: the control plane needs an odd number of nodes"
         ));
     }
+    let master_version = group_version(master, &labels.kube_version)?;
     let mut workers = Vec::new();
     for ng in nodegroups
         .iter()
-        .filter(|n| n.get_str("role") != Some("master"))
+        .filter(|n| n.get_str("role") != Some("master") && !is_deleting(n))
     {
         let taints = ng
             .get("node_taints")
@@ -219,14 +356,25 @@ pub fn cluster_input(
                     .collect()
             })
             .unwrap_or_default();
+        let autoscale = autoscale_bounds(&labels, ng)?;
+        let mut n = count(ng)?;
+        if let Some((lo, hi)) = autoscale {
+            n = n.clamp(lo, hi);
+        }
         workers.push(WorkerGroup {
             name: ng.get_str("name").unwrap_or("default-worker").to_string(),
+            key: group_key(ng),
             flavor: flavor(ng)?,
             image: image(ng)?,
-            count: count(ng)?,
+            version: group_version(ng, &labels.kube_version)?,
+            count: n,
+            autoscale,
+            set_replicas: true,
             docker_volume_gb: docker(ng),
             node_labels: dict(ng.get("node_labels")),
             node_taints: taints,
+            rollout: Rollout::default(),
+            held_template: None,
         });
     }
     let dns = opt(template, "dns_nameserver")
@@ -244,6 +392,7 @@ pub fn cluster_input(
         cluster_uuid: uuid,
         project_id,
         labels,
+        master_version,
         master_image: image(master)?,
         master_flavor: flavor(master)?,
         master_count,
@@ -278,6 +427,42 @@ mod tests {
                    "docker_volume_size": 20, "network_driver": "calico", "external_network_id": "public",
                    "dns_nameserver": "8.8.8.8", "keypair_id": "tkey"}),
         )
+    }
+
+    #[test]
+    fn cluster_types_served() {
+        let served = served_distros(&["ubuntu".into(), "flatcar".into(), "rockylinux".into()]);
+        assert_eq!(served.0, ["ubuntu", "rockylinux"]);
+        assert_eq!(served.1, ["flatcar"]);
+        let with = |st: Value, d: Value, coe: Value| {
+            obj(
+                &ovo::CLUSTER_TEMPLATE,
+                json!({"server_type": st, "cluster_distro": d, "coe": coe}),
+            )
+        };
+        let k = json!("kubernetes");
+        assert_eq!(
+            cluster_type_refusal(&with(json!("vm"), json!("ubuntu"), k.clone()), &served.0),
+            None
+        );
+        let e = cluster_type_refusal(&with(json!("vm"), json!("flatcar"), k.clone()), &served.0)
+            .unwrap();
+        assert_eq!(
+            e,
+            "Cluster type (vm, flatcar, kubernetes) is not supported by any loaded cluster driver. \
+             Loaded drivers support: (vm, ubuntu, kubernetes), (vm, rockylinux, kubernetes). \
+             flatcar images boot with Ignition; this conductor bootstraps nodes with cloud-init."
+        );
+        let e = cluster_type_refusal(&with(Value::Null, Value::Null, k.clone()), &[]).unwrap();
+        assert!(
+            e.starts_with("Cluster type (None, None, kubernetes)") && e.ends_with("support: none."),
+            "{e}"
+        );
+        assert!(cluster_type_refusal(&with(json!("bm"), json!("ubuntu"), k), &served.0).is_some());
+        assert!(
+            cluster_type_refusal(&with(json!("vm"), json!("ubuntu"), Value::Null), &served.0)
+                .is_some()
+        );
     }
 
     fn cluster(labels: Value) -> MagnumObject {

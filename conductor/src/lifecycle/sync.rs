@@ -59,17 +59,20 @@ fn group<'a>(view: &'a MagnumView, ng: &MagnumObject) -> Option<&'a GroupView> {
     if ng.get_str("role") == Some("master") {
         Some(&view.master)
     } else {
-        view.workers.get(ng.get_str("name")?)
+        view.workers.get(&super::rows::group_key(ng))
     }
 }
 
 /// The updates `view` implies. `capi_exists`: the CAPI Cluster is present
-/// (health is only reported for a cluster that exists).
+/// (health is only reported for a cluster that exists). `autoscaled`: the
+/// keys of groups whose count the autoscaler owns (their `node_count`
+/// follows the MachineDeployment).
 pub fn changes(
     cluster: &MagnumObject,
     nodegroups: &[MagnumObject],
     view: &MagnumView,
     capi_exists: bool,
+    autoscaled: &[String],
 ) -> RowChanges {
     let mut out = RowChanges::default();
     let status = cluster.get_str("status").unwrap_or_default();
@@ -107,21 +110,35 @@ pub fn changes(
             json!(view.health_status_reason),
         );
     }
+    // An update that failed fails the groups still in progress with it (a
+    // failed create leaves them as Magnum does).
+    let update_failed = op == Some(Operation::Update) && view.status.ends_with("_FAILED");
     for ng in nodegroups {
         let Some(g) = group(view, ng) else { continue };
         let mut c = Changes::new();
         let ng_status = ng.get_str("status").unwrap_or_default();
-        if ng_status.ends_with("_IN_PROGRESS") && op.is_some() && g.status != ng_status {
+        let deleting = ng_status.starts_with("DELETE_");
+        if ng_status.ends_with("_IN_PROGRESS") && op.is_some() {
             // A group follows its own operation word (a nodegroup created
             // during a cluster update completes as CREATE_COMPLETE).
             let word = ng_status.trim_end_matches("_IN_PROGRESS");
-            let done = g.status.ends_with("_COMPLETE");
-            if done {
+            if g.status.ends_with("_COMPLETE") {
                 c.push(("status", json!(format!("{word}_COMPLETE"))));
+                put(&mut c, ng, "status_reason", Value::Null);
+            } else if update_failed && !deleting {
+                c.push(("status", json!(format!("{word}_FAILED"))));
+                let why = g.reason.clone().or_else(|| view.status_reason.clone());
+                put(&mut c, ng, "status_reason", json!(why));
             }
         }
         if capi_exists {
             put(&mut c, ng, "node_addresses", json!(g.node_addresses));
+            if let Some(n) = g.replicas
+                && !deleting
+                && autoscaled.contains(&super::rows::group_key(ng))
+            {
+                put(&mut c, ng, "node_count", json!(n));
+            }
         }
         if !c.is_empty()
             && let Some(u) = ng.get_str("uuid")
@@ -154,19 +171,24 @@ mod tests {
             coe_version: Some("v1.30.4".into()),
             master: GroupView {
                 status: status.into(),
+                reason: None,
                 node_addresses: vec!["10.0.0.3".into()],
+                replicas: Some(1),
             },
             workers: [(
                 "default-worker".to_string(),
                 GroupView {
                     status: status.into(),
+                    reason: Some("nodegroup default-worker: 0 of 1 machines ready".into()),
                     node_addresses: vec!["10.0.0.4".into()],
+                    replicas: Some(3),
                 },
             )]
             .into_iter()
             .collect(),
             health_status: "HEALTHY".into(),
             health_status_reason: BTreeMap::from([("api".to_string(), "ok".to_string())]),
+            progress: 0,
         }
     }
 
@@ -193,7 +215,7 @@ mod tests {
     #[test]
     fn progress_then_completion_then_nothing() {
         let (c, ngs) = rows("CREATE_IN_PROGRESS");
-        let ch = changes(&c, &ngs, &view("CREATE_IN_PROGRESS"), true);
+        let ch = changes(&c, &ngs, &view("CREATE_IN_PROGRESS"), true, &[]);
         let fields: Vec<&str> = ch.cluster.iter().map(|(f, _)| *f).collect();
         assert_eq!(
             fields,
@@ -206,7 +228,7 @@ mod tests {
             ]
         );
         assert_eq!(ch.nodegroups.len(), 2, "addresses");
-        let done = changes(&c, &ngs, &view("CREATE_COMPLETE"), true);
+        let done = changes(&c, &ngs, &view("CREATE_COMPLETE"), true, &[]);
         assert!(done.cluster.contains(&("status", json!("CREATE_COMPLETE"))));
         assert!(
             done.cluster.iter().all(|(f, _)| *f != "status_reason"),
@@ -227,12 +249,12 @@ mod tests {
         c.set("health_status_reason", json!({"api": "ok"})).unwrap();
         ngs[0].set("node_addresses", json!(["10.0.0.3"])).unwrap();
         ngs[1].set("node_addresses", json!(["10.0.0.4"])).unwrap();
-        assert!(changes(&c, &ngs, &v, true).is_empty());
+        assert!(changes(&c, &ngs, &v, true, &[]).is_empty());
         // A COMPLETE cluster's status is not moved by CAPI, its health is.
         let mut sick = v.clone();
         sick.status = "CREATE_IN_PROGRESS".into();
         sick.health_status = "UNHEALTHY".into();
-        let ch = changes(&c, &ngs, &sick, true);
+        let ch = changes(&c, &ngs, &sick, true, &[]);
         assert_eq!(
             ch.cluster.iter().map(|(f, _)| *f).collect::<Vec<_>>(),
             ["health_status"]
@@ -245,14 +267,14 @@ mod tests {
         let mut failed = view("CREATE_FAILED");
         failed.status_reason = Some("OpenStack infrastructure failed: no quota".into());
         failed.master.status = "CREATE_IN_PROGRESS".into();
-        let ch = changes(&c, &ngs, &failed, true);
+        let ch = changes(&c, &ngs, &failed, true, &[]);
         assert!(ch.cluster.contains(&("status", json!("CREATE_FAILED"))));
         assert!(ch.cluster.contains(&(
             "status_reason",
             json!("OpenStack infrastructure failed: no quota")
         )));
         let (c, ngs) = rows("CREATE_FAILED");
-        let ch = changes(&c, &ngs, &view("CREATE_COMPLETE"), true);
+        let ch = changes(&c, &ngs, &view("CREATE_COMPLETE"), true, &[]);
         assert!(
             ch.cluster.iter().all(|(f, _)| *f != "status"),
             "FAILED is terminal"
@@ -261,11 +283,57 @@ mod tests {
         let (c, ngs) = rows("DELETE_IN_PROGRESS");
         let mut blocked = view("DELETE_IN_PROGRESS");
         blocked.status_reason = Some("waiting for 2 machine(s) to be deleted".into());
-        let ch = changes(&c, &ngs, &blocked, true);
+        let ch = changes(&c, &ngs, &blocked, true, &[]);
         assert!(ch.cluster.contains(&(
             "status_reason",
             json!("waiting for 2 machine(s) to be deleted")
         )));
         assert!(ch.cluster.iter().all(|(f, _)| *f != "api_address"));
+    }
+
+    #[test]
+    fn update_failures_and_autoscaled_counts() {
+        let (c, mut ngs) = rows("UPDATE_IN_PROGRESS");
+        ngs[0].set("status", json!("CREATE_COMPLETE")).unwrap();
+        let mut failed = view("UPDATE_FAILED");
+        failed.status_reason = Some("No progress for 60 minutes".into());
+        let ch = changes(&c, &ngs, &failed, true, &[]);
+        assert!(ch.cluster.contains(&("status", json!("UPDATE_FAILED"))));
+        let worker = &ch
+            .nodegroups
+            .iter()
+            .find(|(u, _)| u == "default-worker-uuid")
+            .unwrap()
+            .1;
+        assert!(worker.contains(&("status", json!("UPDATE_FAILED"))));
+        assert!(worker.contains(&(
+            "status_reason",
+            json!("nodegroup default-worker: 0 of 1 machines ready")
+        )));
+        let master = ch
+            .nodegroups
+            .iter()
+            .find(|(u, _)| u == "default-master-uuid");
+        assert!(
+            master.is_none_or(|(_, c)| c.iter().all(|(f, _)| *f != "status")),
+            "a completed group stays"
+        );
+        // The autoscaler chose 3: node_count follows, for autoscaled groups only.
+        let (c, ngs) = rows("UPDATE_COMPLETE");
+        let v = view("UPDATE_COMPLETE");
+        let ch = changes(&c, &ngs, &v, true, &["default-worker".to_string()]);
+        let worker = &ch
+            .nodegroups
+            .iter()
+            .find(|(u, _)| u == "default-worker-uuid")
+            .unwrap()
+            .1;
+        assert!(worker.contains(&("node_count", json!(3))));
+        let ch = changes(&c, &ngs, &v, true, &[]);
+        assert!(
+            ch.nodegroups
+                .iter()
+                .all(|(_, c)| c.iter().all(|(f, _)| *f != "node_count"))
+        );
     }
 }

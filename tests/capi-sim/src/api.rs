@@ -56,6 +56,8 @@ pub struct Target {
     pub plural: String,
     pub name: Option<String>,
     pub status: bool,
+    /// The `scale` subresource.
+    pub scale: bool,
 }
 
 /// Map a path to a route (pure).
@@ -99,6 +101,7 @@ pub fn parse_path(path: &str) -> Option<Route> {
             plural: plural.into(),
             name: name.map(str::to_string),
             status,
+            scale: false,
         }))
     };
     match rest {
@@ -111,6 +114,13 @@ pub fn parse_path(path: &str) -> Option<Route> {
         ["namespaces", ns, plural, name, "status"] => t(Some(ns), plural, Some(name), true),
         [plural, name] => t(None, plural, Some(name), false),
         [plural, name, "status"] => t(None, plural, Some(name), true),
+        ["namespaces", ns, plural, name, "scale"] => {
+            let mut r = t(Some(ns), plural, Some(name), false);
+            if let Some(Route::Resource(x)) = &mut r {
+                x.scale = true;
+            }
+            r
+        }
         _ => None,
     }
 }
@@ -182,6 +192,10 @@ fn discovery(sim: &Sim, route: &Route) -> Option<Value> {
                 if r.status_subresource {
                     out.push(json!({"name": format!("{}/status", r.plural), "singularName": "", "namespaced": r.namespaced,
                                     "kind": r.kind, "verbs": ["get", "patch", "update"]}));
+                }
+                if r.scale.is_some() {
+                    out.push(json!({"name": format!("{}/scale", r.plural), "singularName": "", "namespaced": r.namespaced,
+                                    "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}));
                 }
             }
             if out.is_empty() {
@@ -398,6 +412,16 @@ async fn handle(
         }
         Err(e) => error(&e),
     };
+    if t.scale {
+        let Some(name) = t.name.as_deref() else {
+            return error(&ApiError::new(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            ));
+        };
+        return scale(&sim, res, ns, name, &method, ctype, &body, writer);
+    }
     match (&method, &t.name) {
         (&Method::GET, None) => {
             let labels = match LabelSelector::parse(param("labelSelector").unwrap_or("")) {
@@ -522,13 +546,24 @@ async fn handle(
                             ));
                         }
                     };
+                    // An apply that creates the object answers 201, as the apiserver.
+                    let mut created = false;
+                    let answer = sim.with(|s| {
+                        let ((r, w), evs) = split(s, None, |s: &mut crate::store::Store| {
+                            s.apply(res, ns, name, &b, t.status, fv, &manager, force)
+                        });
+                        created = evs
+                            .first()
+                            .is_some_and(|e| e.ty == crate::store::EventType::Added);
+                        ((r, w), evs)
+                    });
                     return respond(
-                        sim.with(|s| {
-                            split(s, None, |s: &mut crate::store::Store| {
-                                s.apply(res, ns, name, &b, t.status, fv, &manager, force)
-                            })
-                        }),
-                        StatusCode::OK,
+                        answer,
+                        if created {
+                            StatusCode::CREATED
+                        } else {
+                            StatusCode::OK
+                        },
                     );
                 }
                 other => {
@@ -605,6 +640,130 @@ type Mutation = Result<(Value, Vec<Arc<Event>>), ApiError>;
 type Answer = (Result<Value, ApiError>, Vec<String>);
 
 /// Run a mutation; hand back (result, warnings) and the events to publish.
+/// The `scale` subresource (autoscaling/v1 Scale): GET, PUT, merge PATCH.
+/// A write changes the object's spec replicas (a new generation), with the
+/// object's `resourceVersion` as precondition when the body carries one.
+#[allow(clippy::too_many_arguments)]
+fn scale(
+    sim: &Sim,
+    res: usize,
+    ns: Option<&str>,
+    name: &str,
+    method: &Method,
+    ctype: &str,
+    body: &[u8],
+    writer: Option<String>,
+) -> Response {
+    let Some(paths) = sim.read(|s| s.resources[res].scale.clone()) else {
+        return error(&ApiError::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        ));
+    };
+    let as_scale = |o: &Value| -> Value {
+        let mut sc = json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+            "metadata": {"name": o["metadata"]["name"], "namespace": o["metadata"]["namespace"],
+                         "uid": o["metadata"]["uid"], "resourceVersion": o["metadata"]["resourceVersion"],
+                         "creationTimestamp": o["metadata"]["creationTimestamp"]},
+            "spec": {"replicas": o.pointer(&paths.spec_replicas).cloned().unwrap_or(json!(0))},
+            "status": {"replicas": o.pointer(&paths.status_replicas).cloned().unwrap_or(json!(0))}});
+        if let Some(sel) = paths.selector.as_deref().and_then(|p| o.pointer(p)) {
+            sc["status"]["selector"] = sel.clone();
+        }
+        sc
+    };
+    let current = match sim.read(|s| s.get(res, ns, name)) {
+        Ok(o) => o,
+        Err(e) => return error(&e),
+    };
+    let wanted = match *method {
+        Method::GET => return json_response(StatusCode::OK, &as_scale(&current)),
+        Method::PUT | Method::PATCH => {
+            let b: Value = match serde_json::from_slice(body) {
+                Ok(b) => b,
+                Err(e) => {
+                    return error(&ApiError::new(
+                        400,
+                        "BadRequest",
+                        format!("invalid JSON body: {e}"),
+                    ));
+                }
+            };
+            let mut sc = as_scale(&current);
+            if *method == Method::PUT {
+                sc = b;
+            } else if ctype.starts_with("application/merge-patch+json")
+                || ctype.starts_with("application/strategic-merge-patch+json")
+            {
+                crate::patch::merge(&mut sc, &b);
+            } else if ctype.starts_with("application/json-patch+json") {
+                match crate::patch::json_patch(&sc, &b) {
+                    Ok(v) => sc = v,
+                    Err(e) => return error(&ApiError::new(422, "Invalid", e)),
+                }
+            } else {
+                return error(&ApiError::new(
+                    415,
+                    "UnsupportedMediaType",
+                    format!("unsupported patch type {ctype:?} for scale"),
+                ));
+            }
+            sc
+        }
+        _ => {
+            return error(&ApiError::new(
+                405,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            ));
+        }
+    };
+    let Some(replicas) = wanted
+        .pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .filter(|r| *r >= 0)
+    else {
+        return error(&ApiError::new(
+            422,
+            "Invalid",
+            "Scale.autoscaling \"\" is invalid: spec.replicas: Invalid value: must be greater than or equal to 0",
+        ));
+    };
+    let mut next = current.clone();
+    let parts: Vec<&str> = paths
+        .spec_replicas
+        .trim_start_matches('/')
+        .split('/')
+        .collect();
+    let mut at = &mut next;
+    for p in &parts[..parts.len().saturating_sub(1)] {
+        if at.get(*p).is_none() {
+            at[*p] = json!({});
+        }
+        at = &mut at[*p];
+    }
+    if let Some(last) = parts.last() {
+        at[*last] = json!(replicas);
+    }
+    if let Some(rv) = wanted
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .filter(|r| !r.is_empty())
+    {
+        next["metadata"]["resourceVersion"] = json!(rv);
+    }
+    let answer = sim.with(|s| {
+        split(s, writer.clone(), |s: &mut crate::store::Store| {
+            s.update_with(res, ns, name, next, false, FieldValidation::Ignore)
+        })
+    });
+    match answer.0 {
+        Ok(o) => json_response(StatusCode::OK, &as_scale(&o)),
+        Err(e) => error(&e),
+    }
+}
+
 fn split(
     s: &mut crate::store::Store,
     manager: Option<String>,

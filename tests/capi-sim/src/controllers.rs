@@ -98,11 +98,50 @@ fn short_hash(v: &Value) -> String {
     v.to_string().hash(&mut h);
     format!("{:016x}", h.finish())[..10].to_string()
 }
+/// `v1.MINOR.PATCH` as a sortable key.
+fn version_key(v: &str) -> (u64, u64, u64) {
+    let mut it = v
+        .trim_start_matches('v')
+        .split(['.', '-', '+'])
+        .map(|p| p.parse::<u64>().unwrap_or(0));
+    (
+        it.next().unwrap_or(0),
+        it.next().unwrap_or(0),
+        it.next().unwrap_or(0),
+    )
+}
 fn ready_machine(m: &Value) -> bool {
     m.pointer("/status/phase").and_then(Value::as_str) == Some("Running")
 }
 
 impl Ctx<'_> {
+    /// A fixed IP for a new server: derived from its name, moved on until
+    /// no Machine of the namespace holds it (Neutron never gives two ports
+    /// of one subnet the same address; a collision here would make two
+    /// nodes look like one).
+    fn free_address(&self, ns: &str, server: &str) -> String {
+        let taken: std::collections::HashSet<String> = self
+            .all("cluster.x-k8s.io", "machines")
+            .iter()
+            .filter(|m| meta(m, "namespace") == Some(ns))
+            .filter_map(|m| {
+                m.pointer("/status/addresses")
+                    .and_then(Value::as_array)
+                    .cloned()
+            })
+            .flatten()
+            .filter_map(|a| a.get("address").and_then(Value::as_str).map(str::to_string))
+            .collect();
+        let start = u64::from_str_radix(&server[..4.min(server.len())], 16).unwrap_or(0);
+        // 10.6.0.10 is the load balancer's VIP (below); ports start at .20.
+        (0..50_000u64)
+            .map(|i| {
+                let h = (start + i) % 50_000;
+                format!("10.6.{}.{}", h / 230, 20 + h % 230)
+            })
+            .find(|a| !taken.contains(a))
+            .unwrap_or_else(|| "10.6.255.255".to_string())
+    }
     /// An annotation of namespace `ns` (faults set for a whole namespace).
     fn ns_annotation(&self, ns: &str, key: &str) -> Option<String> {
         let r = self.s.find("", "namespaces")?;
@@ -233,6 +272,21 @@ impl Ctx<'_> {
         if let Some(l) = o["metadata"]["finalizers"].as_array_mut() {
             l.retain(|x| x != f);
         }
+    }
+    /// A v1beta1 condition with an explicit severity (v1beta2 has none).
+    fn condition_with(
+        &self,
+        ty: &str,
+        ok: bool,
+        reason: &str,
+        severity: &str,
+        message: &str,
+    ) -> Value {
+        let mut c = self.condition(ty, ok, reason, message);
+        if !self.v2 && !ok {
+            c["severity"] = json!(severity);
+        }
+        c
     }
     fn condition(&self, ty: &str, ok: bool, reason: &str, message: &str) -> Value {
         if self.v2 {
@@ -951,11 +1005,26 @@ fn reconcile_kcp(c: &mut Ctx<'_>, cur: Value) {
             );
             create_with_infra(c, &ns, m, &template);
         } else if live.len() > want {
-            // Too many: an outdated machine first, else the newest.
-            let victim = live
+            // Too many (KCP's selectMachineForScaleDown): outdated machines
+            // marked cluster.x-k8s.io/delete-machine, then any marked, then
+            // outdated ones, then any; the oldest of those.
+            let marked = |m: &&&Value| annotation(m, DELETE_MACHINE).is_some();
+            let outdated = |m: &&&Value| !up_to_date(m);
+            let pick = |f: &dyn Fn(&&&Value) -> bool| -> Vec<&Value> {
+                live.iter().filter(|m| f(m)).copied().collect()
+            };
+            let eligible = [
+                pick(&|m| marked(m) && outdated(m)),
+                pick(&marked),
+                pick(&outdated),
+                live.clone(),
+            ]
+            .into_iter()
+            .find(|v| !v.is_empty())
+            .unwrap_or_default();
+            let victim = eligible
                 .iter()
-                .find(|m| !up_to_date(m))
-                .or_else(|| live.last())
+                .min_by_key(|m| meta(m, "creationTimestamp").unwrap_or("").to_string())
                 .map(|m| (*m).clone());
             if let Some(v) = victim {
                 c.delete("cluster.x-k8s.io", "machines", &v);
@@ -967,8 +1036,14 @@ fn reconcile_kcp(c: &mut Ctx<'_>, cur: Value) {
         || cur.pointer("/status/initialization/controlPlaneInitialized") == Some(&json!(true));
     let mut st = json!({"replicas": live.len(), "readyReplicas": ready, "observedGeneration": cur["metadata"]["generation"],
                         "selector": format!("{CLUSTER_LABEL}={cluster},{CP_LABEL}")});
-    if let Some(v) = &version {
-        st["version"] = v.clone();
+    // The lowest version any control-plane machine runs (KCP status.go:
+    // `controlPlane.Machines.LowestVersion()`).
+    if let Some(v) = live
+        .iter()
+        .filter_map(|m| m.pointer("/spec/version").and_then(Value::as_str))
+        .min_by_key(|v| version_key(v))
+    {
+        st["version"] = json!(v);
     }
     if c.v2 {
         st["initialization"] = json!({"controlPlaneInitialized": initialized});
@@ -1018,10 +1093,45 @@ fn create_with_infra(c: &mut Ctx<'_>, ns: &str, machine: Value, template: &str) 
     );
 }
 
+/// An int-or-percent of `total` (CAPI's GetScaledValueFromIntOrPercent).
+fn scaled(v: Option<&Value>, total: i64, round_up: bool, default: i64) -> i64 {
+    match v {
+        Some(Value::Number(n)) => n.as_i64().unwrap_or(default),
+        Some(Value::String(p)) if p.ends_with('%') => {
+            let pct: i64 = p.trim_end_matches('%').parse().unwrap_or(0);
+            let x = pct * total;
+            if round_up { (x + 99) / 100 } else { x / 100 }
+        }
+        Some(Value::String(p)) => p.parse().unwrap_or(default),
+        _ => default,
+    }
+}
+
+fn spec_replicas(o: &Value) -> i64 {
+    o.pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
+}
+fn status_int(o: &Value, k: &str) -> i64 {
+    o.pointer(&format!("/status/{k}"))
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
+}
+
+/// MachineDeployment: one MachineSet per template hash, rolled as CAPI's
+/// rolling update does (cluster-api v1.10
+/// `internal/controllers/machinedeployment/machinedeployment_rolling.go`
+/// and `mdutil.NewMSNewReplicas` / `ResolveFenceposts`): the new
+/// MachineSet grows while the total stays within replicas + maxSurge, old
+/// ones shrink (unhealthy machines first) while at least replicas -
+/// maxUnavailable stay available. Status and conditions in the line's
+/// shape (v1beta1 `Available` "Minimum availability requires ...";
+/// v1beta2 `Available`, `RollingOut`, `ScalingUp`, `ScalingDown`, as
+/// v1.14 `machinedeployment_status.go` words them).
 fn reconcile_md(c: &mut Ctx<'_>, cur: Value) {
     let (ns, name) = key(&cur);
     let uid = meta(&cur, "uid").unwrap_or("").to_string();
-    let sets: Vec<Value> = c
+    let mut sets: Vec<Value> = c
         .labelled(
             "cluster.x-k8s.io",
             "machinesets",
@@ -1031,6 +1141,7 @@ fn reconcile_md(c: &mut Ctx<'_>, cur: Value) {
         .into_iter()
         .filter(|s| owned_by(s, &uid))
         .collect();
+    sets.sort_by_key(|s| meta(s, "creationTimestamp").unwrap_or("").to_string());
     let mut next = cur.clone();
     if deleting(&cur) {
         for s in &sets {
@@ -1048,18 +1159,45 @@ fn reconcile_md(c: &mut Ctx<'_>, cur: Value) {
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string();
-    let want = cur
-        .pointer("/spec/replicas")
-        .and_then(Value::as_i64)
-        .unwrap_or(1);
+    let want = spec_replicas(&cur);
+    let rolling = cur
+        .pointer("/spec/strategy/rollingUpdate")
+        .or_else(|| cur.pointer("/spec/rollout/strategy/rollingUpdate"));
+    let mut max_surge = scaled(rolling.and_then(|r| r.get("maxSurge")), want, true, 1);
+    let mut max_unavailable = scaled(
+        rolling.and_then(|r| r.get("maxUnavailable")),
+        want,
+        false,
+        0,
+    );
+    if max_surge == 0 && max_unavailable == 0 {
+        max_unavailable = 1;
+    }
+    max_unavailable = max_unavailable.min(want);
+    max_surge = max_surge.max(0);
     let template = cur.pointer("/spec/template").cloned().unwrap_or(json!({}));
     let hash = short_hash(&template);
     let current_name = format!("{name}-{hash}");
-    let newest = sets
+    let new_idx = sets
         .iter()
-        .find(|s| meta(s, "name") == Some(current_name.as_str()))
-        .cloned();
-    match &newest {
+        .position(|s| meta(s, "name") == Some(current_name.as_str()));
+    let set_replicas = |c: &mut Ctx<'_>, s: &Value, n: i64| {
+        if spec_replicas(s) != n {
+            let mut u = s.clone();
+            u["spec"]["replicas"] = json!(n);
+            c.write("cluster.x-k8s.io", "machinesets", s, u);
+        }
+    };
+    // NewMSNewReplicas: grow within replicas + maxSurge.
+    let grow = |all: &[Value], new_spec: i64| -> i64 {
+        let total: i64 = all.iter().map(spec_replicas).sum();
+        let max_total = want + max_surge;
+        if total >= max_total {
+            return new_spec;
+        }
+        new_spec + (max_total - total).min(want - new_spec)
+    };
+    match new_idx {
         None => {
             let api = if c.v2 {
                 "cluster.x-k8s.io/v1beta2"
@@ -1069,101 +1207,185 @@ fn reconcile_md(c: &mut Ctx<'_>, cur: Value) {
             let mut tmpl = template.clone();
             tmpl["metadata"]["labels"][DEPLOYMENT_LABEL] = json!(name);
             tmpl["metadata"]["labels"][CLUSTER_LABEL] = json!(cluster);
-            let first = sets.is_empty();
+            let replicas = grow(&sets, 0).max(0);
             let mut ms = json!({"apiVersion": api, "kind": "MachineSet",
                 "metadata": {"name": current_name, "labels": {DEPLOYMENT_LABEL: name, CLUSTER_LABEL: cluster, "machine-template-hash": hash},
                              "ownerReferences": [owner_ref(&cur, true)]},
-                "spec": {"clusterName": cluster, "replicas": if first { want } else { 0 },
+                "spec": {"clusterName": cluster, "replicas": replicas,
                          "selector": {"matchLabels": {DEPLOYMENT_LABEL: name, "machine-template-hash": hash}}, "template": tmpl}});
             if let Some(a) = annotation(&cur, NEVER_READY) {
                 ms["metadata"]["annotations"] = json!({NEVER_READY: a});
             }
             c.create("cluster.x-k8s.io", "machinesets", &ns, ms);
         }
-        Some(new) => {
-            let new_replicas = new
-                .pointer("/spec/replicas")
-                .and_then(Value::as_i64)
-                .unwrap_or(0);
-            let new_ready = new
-                .pointer("/status/readyReplicas")
-                .and_then(Value::as_i64)
-                .unwrap_or(0);
-            let old: Vec<&Value> = sets
-                .iter()
-                .filter(|s| meta(s, "name") != Some(current_name.as_str()))
-                .collect();
-            let old_total: i64 = old
-                .iter()
-                .map(|s| {
-                    s.pointer("/spec/replicas")
-                        .and_then(Value::as_i64)
-                        .unwrap_or(0)
-                })
-                .sum();
-            let set_replicas = |c: &mut Ctx<'_>, s: &Value, n: i64| {
-                let mut u = s.clone();
-                u["spec"]["replicas"] = json!(n);
-                c.write("cluster.x-k8s.io", "machinesets", s, u);
+        Some(i) => {
+            let mut all = sets.clone();
+            // reconcileNewMachineSet.
+            let new_spec = spec_replicas(&all[i]);
+            let target = if new_spec > want {
+                want
+            } else if new_spec < want {
+                grow(&all, new_spec)
+            } else {
+                new_spec
             };
-            if old_total == 0 && new_replicas != want {
-                set_replicas(c, new, want);
-            } else if old_total > 0 && new_ready == new_replicas && new_replicas < want {
-                set_replicas(c, new, new_replicas + 1); // surge one
-            } else if old_total > 0
-                && new_ready == new_replicas
-                && new_replicas + old_total > want
-                && let Some(o) = old.iter().find(|s| {
-                    s.pointer("/spec/replicas")
-                        .and_then(Value::as_i64)
-                        .unwrap_or(0)
-                        > 0
-                })
-            {
-                let n = o
-                    .pointer("/spec/replicas")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0);
-                set_replicas(c, o, n - 1);
+            set_replicas(c, &all[i], target);
+            all[i]["spec"]["replicas"] = json!(target);
+            // reconcileOldMachineSets.
+            let new = all[i].clone();
+            let old_count: i64 = all
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, s)| spec_replicas(s))
+                .sum();
+            if old_count > 0 {
+                let all_count: i64 = all.iter().map(spec_replicas).sum();
+                let min_available = want - max_unavailable;
+                let new_unavailable = spec_replicas(&new) - status_int(&new, "availableReplicas");
+                let max_scaled_down = all_count - min_available - new_unavailable;
+                if max_scaled_down > 0 {
+                    // cleanupUnhealthyReplicas, oldest first.
+                    let mut cleaned = 0;
+                    for j in (0..all.len()).filter(|j| *j != i) {
+                        if cleaned >= max_scaled_down {
+                            break;
+                        }
+                        let spec = spec_replicas(&all[j]);
+                        let unhealthy = spec - status_int(&all[j], "availableReplicas");
+                        if spec == 0 || unhealthy <= 0 {
+                            continue;
+                        }
+                        let down = (max_scaled_down - cleaned).min(unhealthy);
+                        let s = all[j].clone();
+                        set_replicas(c, &s, spec - down);
+                        all[j]["spec"]["replicas"] = json!(spec - down);
+                        cleaned += down;
+                    }
+                    // scaleDownOldMachineSetsForRollingUpdate.
+                    let available: i64 =
+                        all.iter().map(|s| status_int(s, "availableReplicas")).sum();
+                    if available > min_available {
+                        let total = available - min_available;
+                        let mut scaled_down = 0;
+                        for j in (0..all.len()).filter(|j| *j != i) {
+                            if scaled_down >= total {
+                                break;
+                            }
+                            let spec = spec_replicas(&all[j]);
+                            if spec == 0 {
+                                continue;
+                            }
+                            let down = spec.min(total - scaled_down);
+                            let s = all[j].clone();
+                            set_replicas(c, &s, spec - down);
+                            all[j]["spec"]["replicas"] = json!(spec - down);
+                            scaled_down += down;
+                        }
+                    }
+                }
             }
-            for o in old {
-                let empty = o.pointer("/spec/replicas").and_then(Value::as_i64) == Some(0)
-                    && o.pointer("/status/replicas")
-                        .and_then(Value::as_i64)
-                        .unwrap_or(0)
-                        == 0;
-                if empty {
+            // Old MachineSets left without machines go (CAPI keeps
+            // `revisionHistoryLimit` of them in v1beta1; none here).
+            for (j, o) in sets.iter().enumerate() {
+                if j != i && spec_replicas(&all[j]) == 0 && status_int(o, "replicas") == 0 {
                     c.delete("cluster.x-k8s.io", "machinesets", o);
                 }
             }
         }
     }
-    let sum = |p: &str| {
-        sets.iter()
-            .map(|s| s.pointer(p).and_then(Value::as_i64).unwrap_or(0))
-            .sum::<i64>()
+    let sum = |k: &str| sets.iter().map(|s| status_int(s, k)).sum::<i64>();
+    let replicas = sum("replicas");
+    let ready = sum("readyReplicas");
+    let available = sum("availableReplicas");
+    let newest = new_idx.map(|i| &sets[i]);
+    let updated = newest.map(|n| status_int(n, "replicas")).unwrap_or(0);
+    let min_available = want - max_unavailable;
+    let phase = if replicas < want {
+        "ScalingUp"
+    } else if replicas > want {
+        "ScalingDown"
+    } else {
+        "Running"
     };
-    let replicas = sum("/status/replicas");
-    let ready = sum("/status/readyReplicas");
-    let updated = newest
-        .as_ref()
-        .and_then(|n| n.pointer("/status/readyReplicas"))
-        .and_then(Value::as_i64)
-        .unwrap_or(0);
-    let mut st = json!({"replicas": replicas, "readyReplicas": ready, "availableReplicas": ready,
+    let mut st = json!({"replicas": replicas, "readyReplicas": ready, "availableReplicas": available,
                         "observedGeneration": cur["metadata"]["generation"],
-                        "selector": format!("{DEPLOYMENT_LABEL}={name}"),
-                        "phase": if ready == want && replicas == want { "Running" } else if replicas < want { "ScalingUp" } else if replicas > want { "ScalingDown" } else { "Running" }});
+                        "selector": format!("{DEPLOYMENT_LABEL}={name}"), "phase": phase});
+    let available_ok = available >= min_available;
     if c.v2 {
         st["upToDateReplicas"] = json!(updated);
+        let not_up_to_date = replicas - updated;
+        let unavailable = rolling
+            .and_then(|r| r.get("maxUnavailable"))
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| v.to_string())
+            })
+            .unwrap_or_else(|| "0".into());
+        st["conditions"] = json!([
+            if available_ok {
+                c.condition("Available", true, "Available", "")
+            } else {
+                c.condition("Available", false, "NotAvailable", &format!(
+                    "{available} available replicas, at least {min_available} required (spec.strategy.rollout.maxUnavailable is {unavailable}, spec.replicas is {want})"))
+            },
+            if not_up_to_date > 0 {
+                c.condition(
+                    "RollingOut",
+                    true,
+                    "RollingOut",
+                    &format!("Rolling out {not_up_to_date} not up-to-date replicas"),
+                )
+            } else {
+                c.condition("RollingOut", false, "NotRollingOut", "")
+            },
+            if replicas < want {
+                c.condition(
+                    "ScalingUp",
+                    true,
+                    "ScalingUp",
+                    &format!("Scaling up from {replicas} to {want} replicas"),
+                )
+            } else {
+                c.condition("ScalingUp", false, "NotScalingUp", "")
+            },
+            if replicas > want {
+                c.condition(
+                    "ScalingDown",
+                    true,
+                    "ScalingDown",
+                    &format!("Scaling down from {replicas} to {want} replicas"),
+                )
+            } else {
+                c.condition("ScalingDown", false, "NotScalingDown", "")
+            },
+        ]);
     } else {
         st["updatedReplicas"] = json!(updated);
-        st["unavailableReplicas"] = json!((replicas - ready).max(0));
+        st["unavailableReplicas"] = json!((replicas - available).max(0));
+        let msg = format!(
+            "Minimum availability requires {min_available} replicas, current {available} available"
+        );
+        let cond = |ty: &str| {
+            if available_ok {
+                c.condition(ty, true, "", "")
+            } else {
+                c.condition_with(ty, false, "WaitingForAvailableMachines", "Warning", &msg)
+            }
+        };
+        st["conditions"] = json!([cond("Ready"), cond("Available")]);
     }
     next["status"] = st;
+    keep_transition_times(&cur, &mut next);
     c.write("cluster.x-k8s.io", "machinedeployments", &cur, next);
 }
 
+/// MachineSet: creates or deletes the missing or extra Machines at once.
+/// Which go first on scale-down follows CAPI's delete policies
+/// (`machineset_delete_policy.go`): machines already being deleted, then
+/// those annotated `cluster.x-k8s.io/delete-machine`, then unhealthy ones,
+/// then (Random) the newest here.
 fn reconcile_ms(c: &mut Ctx<'_>, cur: Value) {
     let (ns, name) = key(&cur);
     let uid = meta(&cur, "uid").unwrap_or("").to_string();
@@ -1181,10 +1403,7 @@ fn reconcile_ms(c: &mut Ctx<'_>, cur: Value) {
         c.write("cluster.x-k8s.io", "machinesets", &cur, next);
         return;
     }
-    let want = cur
-        .pointer("/spec/replicas")
-        .and_then(Value::as_i64)
-        .unwrap_or(0) as usize;
+    let want = spec_replicas(&cur).max(0) as usize;
     let cluster = cur
         .pointer("/spec/clusterName")
         .and_then(Value::as_str)
@@ -1202,27 +1421,38 @@ fn reconcile_ms(c: &mut Ctx<'_>, cur: Value) {
             .cloned()
             .unwrap_or(json!({}));
         labels[SET_LABEL] = json!(name);
-        let mname = machine_name(&name, c);
-        let m = new_machine(
-            c,
-            &cur,
-            &mname,
-            &cluster,
-            version.as_ref(),
-            &template,
-            labels,
-        );
-        create_with_infra(c, &ns, m, &template);
+        for _ in live.len()..want {
+            let mname = machine_name(&name, c);
+            let m = new_machine(
+                c,
+                &cur,
+                &mname,
+                &cluster,
+                version.as_ref(),
+                &template,
+                labels.clone(),
+            );
+            create_with_infra(c, &ns, m, &template);
+        }
     } else if live.len() > want {
-        // cluster.x-k8s.io/delete-machine first, then machines not ready, then the newest.
-        let victim = live
+        let priority = |m: &Value| {
+            if annotation(m, DELETE_MACHINE).is_some() {
+                0
+            } else if !ready_machine(m) {
+                1
+            } else {
+                2
+            }
+        };
+        let mut order: Vec<(usize, &&Value)> = live.iter().enumerate().collect();
+        order.sort_by_key(|(i, m)| (priority(m), std::cmp::Reverse(*i)));
+        let victims: Vec<Value> = order
             .iter()
-            .find(|m| annotation(m, DELETE_MACHINE).is_some())
-            .or_else(|| live.iter().find(|m| !ready_machine(m)))
-            .or_else(|| live.last())
-            .map(|m| (*m).clone());
-        if let Some(v) = victim {
-            c.delete("cluster.x-k8s.io", "machines", &v);
+            .take(live.len() - want)
+            .map(|(_, m)| (**m).clone())
+            .collect();
+        for v in &victims {
+            c.delete("cluster.x-k8s.io", "machines", v);
         }
     }
     let ready = live.iter().filter(|m| ready_machine(m)).count();
@@ -1285,9 +1515,8 @@ fn reconcile_machine(c: &mut Ctx<'_>, cur: Value) {
         "Provisioning" if !never => {
             st["phase"] = json!("Provisioned");
             next["spec"]["providerID"] = json!(format!("openstack:///{server}"));
-            let host =
-                10 + u64::from_str_radix(&server[..2.min(server.len())], 16).unwrap_or(0) % 200;
-            st["addresses"] = json!([{"type": "InternalIP", "address": format!("10.6.0.{host}")}]);
+            let address = c.free_address(&ns, &server);
+            st["addresses"] = json!([{"type": "InternalIP", "address": address}]);
             if c.v2 {
                 st["initialization"] =
                     json!({"bootstrapDataSecretCreated": true, "infrastructureProvisioned": true});
@@ -1312,6 +1541,72 @@ fn reconcile_machine(c: &mut Ctx<'_>, cur: Value) {
         }
         _ => {}
     }
+    // Conditions of the phase reached (the sim's own messages; reasons
+    // from CAPO and CAPI where they name these waits).
+    let phase_now = st["phase"].as_str().unwrap_or("").to_string();
+    let (summary, infra): (Option<(&str, &str, &str)>, bool) = match phase_now.as_str() {
+        "Pending" if !infra_ready => (
+            Some((
+                "WaitingForClusterInfrastructure",
+                "Info",
+                "waiting for the cluster's infrastructure",
+            )),
+            false,
+        ),
+        "Pending" => (
+            Some((
+                "WaitingForControlPlaneAvailable",
+                "Info",
+                "waiting for the control plane to be initialized",
+            )),
+            false,
+        ),
+        "Provisioning" => (
+            Some((
+                "InstanceNotReady",
+                "Warning",
+                "waiting for the server to become ACTIVE",
+            )),
+            false,
+        ),
+        "Provisioned" => (
+            Some((
+                "WaitingForNodeRef",
+                "Info",
+                "waiting for the node to register",
+            )),
+            true,
+        ),
+        _ => (None, true),
+    };
+    st["conditions"] = match summary {
+        None => {
+            if c.v2 {
+                json!([
+                    c.condition("Available", true, "Available", ""),
+                    c.condition("Ready", true, "Ready", ""),
+                    c.condition("InfrastructureReady", true, "Ready", "")
+                ])
+            } else {
+                json!([
+                    c.condition("Ready", true, "", ""),
+                    c.condition("InfrastructureReady", true, "", "")
+                ])
+            }
+        }
+        Some((reason, severity, message)) => {
+            let infra_cond = if infra {
+                c.condition("InfrastructureReady", true, "Ready", "")
+            } else {
+                c.condition_with("InfrastructureReady", false, reason, severity, message)
+            };
+            json!([
+                c.condition_with("Ready", false, reason, severity, message),
+                infra_cond
+            ])
+        }
+    };
     next["status"] = st;
+    keep_transition_times(&cur, &mut next);
     c.write("cluster.x-k8s.io", "machines", &cur, next);
 }

@@ -25,6 +25,7 @@ pub mod selector;
 pub mod ssa;
 pub mod store;
 pub mod validate;
+pub mod webhooks;
 
 use std::sync::{Arc, Mutex};
 

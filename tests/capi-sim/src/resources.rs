@@ -24,6 +24,29 @@ pub struct Resource {
     pub categories: Vec<String>,
     /// openAPIV3Schema per served version (CRDs only).
     pub schemas: Vec<(String, Value)>,
+    /// The `scale` subresource: JSON pointers of spec replicas, status
+    /// replicas and the label selector (from the CRD's JSONPaths).
+    pub scale: Option<ScalePaths>,
+}
+
+/// Where a scalable kind keeps what its `scale` subresource shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScalePaths {
+    pub spec_replicas: String,
+    pub status_replicas: String,
+    pub selector: Option<String>,
+}
+
+/// `.spec.replicas` -> `/spec/replicas`.
+fn pointer(json_path: &str) -> String {
+    json_path
+        .trim_start_matches('.')
+        .split('.')
+        .fold(String::new(), |mut acc, p| {
+            acc.push('/');
+            acc.push_str(p);
+            acc
+        })
 }
 
 impl Resource {
@@ -65,6 +88,7 @@ fn builtin(group: &str, version: &str, kind: &str, plural: &str, namespaced: boo
         },
         categories: vec![],
         schemas: vec![],
+        scale: None,
     }
 }
 
@@ -76,6 +100,16 @@ pub fn builtins() -> Vec<Resource> {
         builtin("", "v1", "ConfigMap", "configmaps", true),
         builtin("", "v1", "Event", "events", true),
         builtin("coordination.k8s.io", "v1", "Lease", "leases", true),
+        builtin("", "v1", "ServiceAccount", "serviceaccounts", true),
+        builtin("apps", "v1", "Deployment", "deployments", true),
+        builtin("rbac.authorization.k8s.io", "v1", "Role", "roles", true),
+        builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "RoleBinding",
+            "rolebindings",
+            true,
+        ),
     ]
 }
 
@@ -112,6 +146,7 @@ pub fn from_crd(doc: &Value) -> Result<Resource, String> {
     let mut versions = Vec::new();
     let mut storage = None;
     let mut status = false;
+    let mut scale = None;
     let mut schemas = Vec::new();
     for v in spec
         .get("versions")
@@ -125,6 +160,16 @@ pub fn from_crd(doc: &Value) -> Result<Resource, String> {
         if v.get("storage").and_then(Value::as_bool) == Some(true) {
             storage = Some(name.clone());
             status = v.pointer("/subresources/status").is_some();
+            scale = v.pointer("/subresources/scale").and_then(|sc| {
+                Some(ScalePaths {
+                    spec_replicas: pointer(sc.get("specReplicasPath")?.as_str()?),
+                    status_replicas: pointer(sc.get("statusReplicasPath")?.as_str()?),
+                    selector: sc
+                        .get("labelSelectorPath")
+                        .and_then(Value::as_str)
+                        .map(pointer),
+                })
+            });
         }
         if let Some(schema) = v.pointer("/schema/openAPIV3Schema") {
             schemas.push((name.clone(), schema.clone()));
@@ -147,6 +192,7 @@ pub fn from_crd(doc: &Value) -> Result<Resource, String> {
         short_names: list("shortNames"),
         categories: list("categories"),
         schemas,
+        scale,
     })
 }
 

@@ -512,8 +512,21 @@ impl Store {
         fv: FieldValidation,
     ) -> Result<(Value, Vec<Arc<Event>>), ApiError> {
         self.check_kind(res, &obj)?;
-        self.admit(res, &mut obj, fv)?;
         let r = self.resources[res].clone();
+        if !obj.is_object() {
+            return Err(ApiError::new(
+                400,
+                "BadRequest",
+                "the body is not an object",
+            ));
+        }
+        if r.is_crd {
+            crate::webhooks::mutate(&r.kind, r.storage_version == "v1beta2", None, &mut obj)?;
+        }
+        self.admit(res, &mut obj, fv)?;
+        if r.is_crd {
+            crate::webhooks::validate(&r.kind, None, &obj)?;
+        }
         if !obj.is_object() {
             return Err(ApiError::new(
                 400,
@@ -842,7 +855,18 @@ impl Store {
             );
             o.insert("kind".into(), json!(r.kind));
         }
+        if r.is_crd && !status {
+            crate::webhooks::mutate(
+                &r.kind,
+                r.storage_version == "v1beta2",
+                Some(&cur),
+                &mut next,
+            )?;
+        }
         self.admit(res, &mut next, fv)?;
+        if r.is_crd && !status {
+            crate::webhooks::validate(&r.kind, Some(&cur), &next)?;
+        }
         // No change: no new version, no event (as the apiserver).
         let strip_rv = |v: &Value| {
             let mut v = v.clone();

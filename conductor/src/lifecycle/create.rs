@@ -1,0 +1,355 @@
+//! `cluster_create` (a cast), in Magnum's order.
+//!
+//! 1. INSERT the cluster (CREATE_IN_PROGRESS), `default-master` and
+//!    `default-worker` (rows as `_get_nodegroup_object`, [`super::rows`]);
+//! 2. the four keypairs, `stack_id`, saved with the cert refs and copied to
+//!    the nodegroups;
+//! 3. namespace, the cluster's credentials and their clouds.yaml Secret (the
+//!    request is acknowledged here: the credential needs its token);
+//! 4. the CAPI Cluster first, then the CA Secrets and every other object
+//!    owned by it, addons and the autoscaler.
+//!
+//! Every step is idempotent (rows by uuid, refs and `stack_id` only if
+//! unset, derived keypair uuids, server-side apply), so a redelivered cast
+//! or the startup resume simply runs them again. The status worker takes
+//! it from there (CREATE_COMPLETE or CREATE_FAILED).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::certs::capi::{CertAndKey, ca_secrets};
+use common::certs::store::{self, Owner};
+use common::db::DbError;
+use common::db::model::{CLUSTER, NODEGROUP, X509KEYPAIR};
+use common::db::repo::{self, Scope};
+use rpc_schema::Outcome;
+use rpc_schema::context::RequestContext;
+use rpc_schema::ovo::MagnumObject;
+use serde_json::{Value, json};
+
+use super::credentials::CredentialError;
+use super::engine::{Engine, age, destroy_if_present};
+use super::rows;
+use super::runner::{OnFailure, Op, Run, StepError};
+use crate::capi::addons::{self, AddonCharts};
+use crate::capi::autoscaler;
+use crate::capi::naming;
+use crate::capi::render::{self, UUID_LABEL};
+use crate::handlers::DurableSignal;
+
+const CERT_REFS: [&str; 4] = [
+    "ca_cert_ref",
+    "etcd_ca_cert_ref",
+    "front_proxy_ca_cert_ref",
+    "magnum_cert_ref",
+];
+
+impl Engine {
+    /// `cluster_create` (a cast): Magnum's rows, then the management cluster.
+    pub async fn cluster_create(
+        &self,
+        ctx: &RequestContext,
+        cast: MagnumObject,
+        master_count: i64,
+        node_count: i64,
+        create_timeout: i64,
+        durable: &mut DurableSignal,
+    ) -> Outcome {
+        let Some(uuid) = cast.get_str("uuid").map(str::to_string) else {
+            return Outcome::Failure(rpc_schema::RemoteFailure::invalid_parameter(
+                "cluster_create without a cluster uuid",
+            ));
+        };
+        let mut run = Run::begin(self, Op::Create, &uuid, Some(ctx), Some(durable)).await;
+        let result = async {
+            if !self
+                .insert_rows(&cast, master_count, node_count, create_timeout)
+                .await?
+            {
+                // A redelivered cast for a cluster that has moved on.
+                return Ok(Value::Null);
+            }
+            crate::failpoint::hit("create.after_rows").await;
+            run.on_failure(OnFailure::Cluster {
+                status: "CREATE_FAILED",
+                reason: true,
+            });
+            self.create_steps(&mut run, Some(ctx)).await?;
+            Ok(Value::Null)
+        }
+        .await;
+        run.finish(result).await
+    }
+
+    /// Steps 1-3 of Magnum's create. Returns false when the rows exist and
+    /// the cluster is no longer CREATE_IN_PROGRESS (nothing to do).
+    async fn insert_rows(
+        &self,
+        cast: &MagnumObject,
+        master_count: i64,
+        node_count: i64,
+        create_timeout: i64,
+    ) -> Result<bool, StepError> {
+        let db = &self.0.db;
+        let uuid = cast.get_str("uuid").unwrap_or_default().to_string();
+        // A refusal to record is answered as Magnum's (e.g. a duplicate);
+        // an outage is retried.
+        let refused = |e: DbError| {
+            if e.is_transient() {
+                StepError::Db(e)
+            } else {
+                StepError::Refused(e.to_failure())
+            }
+        };
+        let cluster = match self.cluster(&uuid).await {
+            Ok(c) if c.get_str("status") != Some(rows::CREATE_IN_PROGRESS) => return Ok(false),
+            Ok(c) => c,
+            Err(DbError::Magnum { .. }) => {
+                let invalid = |m: String| {
+                    StepError::Refused(rpc_schema::RemoteFailure::invalid_parameter(&m))
+                };
+                let mut row = rows::new_cluster_row(cast).map_err(invalid)?;
+                if !row.is_set("create_timeout") {
+                    row.set("create_timeout", json!(create_timeout))
+                        .map_err(|e| invalid(e.to_string()))?;
+                }
+                let c = repo::create(db, &CLUSTER, &row).await.map_err(refused)?;
+                crate::failpoint::hit("create.after_cluster_row").await;
+                c
+            }
+            Err(e) => return Err(refused(e)),
+        };
+        let template = self.template(&cluster).await.map_err(refused)?;
+        let have = self.nodegroups(&uuid).await.map_err(refused)?;
+        for (master, count) in [(true, master_count), (false, node_count)] {
+            let name = if master {
+                "default-master"
+            } else {
+                "default-worker"
+            };
+            if have.iter().any(|n| n.get_str("name") == Some(name)) {
+                continue;
+            }
+            let ng = match rows::default_nodegroup(
+                &cluster,
+                &template,
+                count,
+                master,
+                &uuid::Uuid::new_v4().to_string(),
+            ) {
+                Ok(ng) => ng,
+                Err(reason) => {
+                    // Magnum raises here and leaves the cluster
+                    // CREATE_IN_PROGRESS forever; we report it.
+                    self.save_cluster(
+                        &uuid,
+                        &[
+                            ("status", json!("CREATE_FAILED")),
+                            ("status_reason", json!(reason)),
+                        ],
+                    )
+                    .await?;
+                    return Err(StepError::Refused(
+                        rpc_schema::RemoteFailure::invalid_parameter(&reason),
+                    ));
+                }
+            };
+            repo::create(db, &NODEGROUP, &ng).await.map_err(refused)?;
+        }
+        Ok(true)
+    }
+
+    /// Step 4 onwards, resumable: certificates, stack_id, credentials,
+    /// namespace, Secrets, objects.
+    pub(super) async fn create_steps(
+        &self,
+        run: &mut Run<'_>,
+        ctx: Option<&RequestContext>,
+    ) -> Result<(), StepError> {
+        let db = &self.0.db;
+        let uuid = run.uuid.clone();
+        let mut cluster = self.cluster(&uuid).await?;
+        if cluster.get_str("status") != Some(rows::CREATE_IN_PROGRESS) {
+            return Ok(());
+        }
+        let mut pending = Vec::new();
+        // (b) certificates, unless a previous run stored them.
+        if CERT_REFS.iter().any(|r| cluster.get_str(r).is_none()) {
+            let owner = Owner {
+                project_id: cluster.get_str("project_id").map(str::to_string),
+                user_id: cluster.get_str("user_id").map(str::to_string),
+            };
+            // Leftovers of an interrupted earlier run (stored, refs never
+            // saved) carry the same derived uuids: replace them.
+            let uuids = store::cluster_keypair_uuids(&uuid);
+            for u in &uuids {
+                destroy_if_present(db, &X509KEYPAIR, u).await?;
+            }
+            crate::ca::generate_certificates_to_cluster(
+                db,
+                &self.0.x509,
+                &owner,
+                &mut cluster,
+                Some(uuids),
+            )
+            .await
+            .map_err(|e| match e {
+                crate::ca::ToClusterError::Failed(f) => StepError::Certificates(f.message),
+                crate::ca::ToClusterError::Unavailable(d) => StepError::Db(d),
+            })?;
+            crate::failpoint::hit("create.after_keypairs").await;
+            for r in CERT_REFS {
+                pending.push((r, cluster.get(r).cloned().unwrap_or(Value::Null)));
+            }
+        }
+        // (c) stack_id, saved with the refs.
+        if cluster.get_str("stack_id").is_none() {
+            let short = common::short_id::generate_id();
+            let s = naming::stack_id(cluster.get_str("name"), &short);
+            cluster
+                .set("stack_id", json!(s))
+                .map_err(|e| StepError::Invalid(e.to_string()))?;
+            pending.push(("stack_id", json!(s)));
+        }
+        if !pending.is_empty() {
+            cluster = self.save_cluster(&uuid, &pending).await?;
+        }
+        let stack_id = cluster.get_str("stack_id").unwrap_or_default().to_string();
+        let mut ngs = self.nodegroups(&uuid).await?;
+        for ng in &mut ngs {
+            if ng.get_str("stack_id") != Some(stack_id.as_str()) {
+                let u = ng.get_str("uuid").unwrap_or_default().to_string();
+                *ng = self
+                    .save_nodegroup(&u, &[("stack_id", json!(stack_id))])
+                    .await?;
+            }
+        }
+        crate::failpoint::hit("create.after_stack_id").await;
+        if ctx.is_some() {
+            // Magnum: after the certificates, before the driver (not again on resume).
+            run.notify_pending().await;
+        }
+        // (d) what to create.
+        let template = self.template(&cluster).await?;
+        // Magnum's conductor looks its driver up here (get_driver_for_cluster).
+        if let Some(refusal) = rows::cluster_type_refusal(&template, &self.0.served_distros) {
+            return Err(StepError::Invalid(refusal));
+        }
+        for w in rows::label_warnings(&cluster, &template) {
+            tracing::warn!(cluster = %uuid, "{w}");
+        }
+        let (desired, network_driver) = self.desired(&cluster, &template, &ngs, None)?;
+        let input = desired.input;
+        // (e) namespace, credentials, CA secrets, objects.
+        self.0
+            .applier
+            .apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": input.namespace}}))
+            .await?;
+        let cloud = match self
+            .0
+            .credentials
+            .for_cluster(
+                &self.0.client,
+                &input,
+                cluster.get_str("name").unwrap_or(&uuid),
+                ctx,
+            )
+            .await
+        {
+            Ok(c) => c,
+            Err(CredentialError::NeedsRequest) => {
+                tracing::info!(cluster = %uuid, "create resumed before its credentials existed; waiting for the redelivered cast");
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let creds = addons::credentials_secret(
+            &input,
+            &cloud,
+            &self.0.credentials.interface,
+            self.0.credentials.verify,
+        );
+        self.0.applier.apply(&creds.manifest).await?;
+        run.recorded();
+        let mut objects = render::render(&input);
+        objects.extend(addons::render(
+            &input,
+            &network_driver,
+            &AddonCharts::from(&self.0.capi),
+            &cloud,
+        ));
+        objects.extend(autoscaler::render(&input, &self.0.capi.autoscaler_image));
+        // The Cluster first: everything else is owned by it, so deleting
+        // the Cluster collects all of it (HelmChartProxies and templates
+        // included, which CAPI itself does not own). The clouds.yaml Secret
+        // is not owned: CAPO needs it until the very end, and we remove it.
+        let (first, rest): (Vec<Value>, Vec<Value>) =
+            objects.into_iter().partition(|o| o["kind"] == "Cluster");
+        let owner = self.apply_owned(&input, first, None).await?;
+        let secrets = self
+            .ca_secrets(&cluster, &input)
+            .await?
+            .into_iter()
+            .map(|s| s.manifest)
+            .collect();
+        let owner = self.apply_owned(&input, secrets, owner).await?;
+        crate::failpoint::hit("create.mid_apply").await;
+        let count = rest.len() + 1;
+        self.apply_owned(&input, rest, owner).await?;
+        tracing::info!(cluster = %uuid, stack_id = %stack_id, namespace = %input.namespace, objects = count, "cluster objects applied");
+        self.schedule_timeout(&cluster);
+        self.kick_cluster(&cluster);
+        Ok(())
+    }
+
+    /// The four CA Secrets CAPI's kubeadm uses instead of generating its own.
+    async fn ca_secrets(
+        &self,
+        cluster: &MagnumObject,
+        input: &render::ClusterInput,
+    ) -> Result<Vec<common::certs::capi::RenderedSecret>, StepError> {
+        let db = &self.0.db;
+        let mut pairs = Vec::new();
+        for r in CERT_REFS {
+            let kp = store::get_cert(db, &Scope::admin(), cluster.get_str(r)).await?;
+            let key =
+                store::private_key(&kp).map_err(|e| StepError::Certificates(e.to_string()))?;
+            pairs.push((kp.certificate, key));
+        }
+        let labels: BTreeMap<String, String> = [
+            (UUID_LABEL.to_string(), input.cluster_uuid.clone()),
+            (render::PROJECT_LABEL.to_string(), input.project_id.clone()),
+        ]
+        .into_iter()
+        .collect();
+        let ck = |i: usize| CertAndKey {
+            certificate: &pairs[i].0,
+            key: &pairs[i].1,
+        };
+        Ok(ca_secrets(
+            &input.stack_id,
+            &input.namespace,
+            &labels,
+            ck(0),
+            ck(1),
+            ck(2),
+            ck(3),
+        ))
+    }
+
+    /// Kick the cluster when its `create_timeout` expires (no event may come).
+    fn schedule_timeout(&self, cluster: &MagnumObject) {
+        let minutes = cluster.get_i64("create_timeout").unwrap_or(0);
+        if minutes <= 0 {
+            return;
+        }
+        let left = chrono::Duration::minutes(minutes) - age(cluster);
+        let wait = left.to_std().unwrap_or_default() + Duration::from_secs(1);
+        let e = self.clone();
+        let c = cluster.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            e.kick_cluster(&c);
+        });
+    }
+}

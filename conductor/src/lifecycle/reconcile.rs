@@ -1,0 +1,321 @@
+//! The status worker: watch events in, Magnum rows out.
+//!
+//! Each event names one cluster; a burst is coalesced into one pass per
+//! cluster. A pass takes the cluster's lock, reads its rows, and compares
+//! what the rows want ([`super::plan::desired`]) with what the watch caches
+//! hold:
+//!
+//! - an update in progress whose management cluster lacks something the
+//!   rows want (a count, a version, a released hold, a group to delete) is
+//!   repaired here ([`super::plan::drift`]): this is how an upgrade's
+//!   workers follow its control plane, and how any conductor finishes an
+//!   operation whose conductor died after saving its rows;
+//! - the status mapper's view becomes column updates ([`super::sync`]);
+//! - a nodegroup whose deletion is complete loses its row; a cluster whose
+//!   CAPI Cluster is gone is finished ([`Engine::finish_delete`]);
+//! - an update with no progress for `[capi] update_timeout` minutes fails.
+//!
+//! No request per cluster at rest: the only traffic is the open watches.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use common::db::DbError;
+use common::db::model::{CLUSTER, NODEGROUP, SqlValue};
+use common::db::repo::{self, Scope};
+use rpc_schema::ovo::MagnumObject;
+use tokio::sync::mpsc;
+
+use super::engine::{Engine, age, destroy_if_present};
+use super::plan::{self, Repair};
+use super::rows;
+use super::runner::StepError;
+use super::sync;
+use super::watch::Kick;
+use crate::capi::render;
+use crate::capi::status::{self, Clock, GroupTarget, Targets};
+
+/// How long a failed status pass waits before it is tried again.
+const RETRY: Duration = Duration::from_secs(5);
+
+/// Targets that check nothing but existence (rows that cannot be rendered:
+/// health and addresses still follow).
+fn loose_targets(ngs: &[MagnumObject]) -> Targets {
+    Targets {
+        control_plane: GroupTarget::default(),
+        workers: ngs
+            .iter()
+            .filter(|n| n.get_str("role") != Some("master"))
+            .map(|n| GroupTarget {
+                key: rows::group_key(n),
+                deleting: rows::is_deleting(n),
+                ..GroupTarget::default()
+            })
+            .collect(),
+    }
+}
+
+impl Engine {
+    pub(super) async fn status_worker(self, mut rx: mpsc::UnboundedReceiver<Kick>) {
+        self.0.watches.wait_ready().await;
+        tracing::info!("management cluster caches synced");
+        while let Some(first) = rx.recv().await {
+            // Coalesce a burst of events into one pass per cluster.
+            let mut batch: HashSet<Kick> = HashSet::from([first]);
+            while let Ok(k) = rx.try_recv() {
+                batch.insert(k);
+            }
+            if batch.contains(&Kick::All) {
+                batch = self.all_in_progress().await;
+            }
+            for k in batch {
+                if let Err(e) = self.reconcile(&k).await {
+                    self.0.metrics.status_errors.inc();
+                    tracing::warn!(kick = ?k, error = %e, "status update failed; retrying in {RETRY:?}");
+                    let kicks = self.0.kicks.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(RETRY).await;
+                        let _ = kicks.send(k);
+                    });
+                }
+            }
+        }
+    }
+
+    /// Every cluster the DB or the caches say needs a look.
+    async fn all_in_progress(&self) -> HashSet<Kick> {
+        let mut out: HashSet<Kick> = self
+            .0
+            .watches
+            .clusters()
+            .into_iter()
+            .map(|(ns, n)| Kick::Cluster(ns, n))
+            .collect();
+        for status in [
+            "CREATE_IN_PROGRESS",
+            "UPDATE_IN_PROGRESS",
+            "DELETE_IN_PROGRESS",
+            "DELETE_COMPLETE",
+        ] {
+            match self.clusters_in(status).await {
+                Ok(cs) => out.extend(
+                    cs.iter()
+                        .map(|c| Kick::Uuid(c.get_str("uuid").unwrap_or_default().to_string())),
+                ),
+                Err(e) => tracing::warn!(error = %e, "cannot list clusters for the resync"),
+            }
+        }
+        out
+    }
+
+    async fn find(&self, k: &Kick) -> Result<Option<MagnumObject>, StepError> {
+        let db = &self.0.db;
+        Ok(match k {
+            Kick::All => None,
+            Kick::Uuid(u) => repo::get(db, &CLUSTER, &Scope::admin(), u).await.ok(),
+            Kick::Cluster(ns, name) => repo::select(
+                db,
+                &CLUSTER,
+                &Scope::admin(),
+                &[("stack_id", SqlValue::Str(name.clone()))],
+                None,
+            )
+            .await?
+            .into_iter()
+            .find(|c| self.namespace_of(c) == *ns),
+        })
+    }
+
+    pub(super) async fn reconcile(&self, k: &Kick) -> Result<(), StepError> {
+        let Some(found) = self.find(k).await? else {
+            return Ok(());
+        };
+        let uuid = found.get_str("uuid").unwrap_or_default().to_string();
+        let lock = self.lock(&uuid);
+        let _held = lock.lock().await;
+        // Re-read under the lock: an operation may have just changed it.
+        let cluster = match self.cluster(&uuid).await {
+            Ok(c) => c,
+            Err(DbError::Magnum { .. }) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut ngs = self.nodegroups(&uuid).await?;
+        let status_now = cluster.get_str("status").unwrap_or_default().to_string();
+        let op = sync::operation(&status_now);
+        let mut observed = self.observed(&cluster);
+        // DELETE_COMPLETE with rows left: a conductor died while removing them.
+        let deleting = op == Some(status::Operation::Delete) || status_now == "DELETE_COMPLETE";
+        if deleting {
+            if observed.cluster.is_none() {
+                return self.finish_delete(&cluster).await;
+            }
+        } else if op == Some(status::Operation::Create)
+            && observed.cluster.is_none()
+            && cluster.get_str("stack_id").is_none()
+        {
+            // Not applied yet (the create operation is running or resuming).
+            return Ok(());
+        }
+
+        // What the rows want, and repairs for an update in progress.
+        let desired = match self.template(&cluster).await {
+            Ok(t) => match self.desired(&cluster, &t, &ngs, None) {
+                Ok((d, _)) => Some(d),
+                Err(e) => {
+                    tracing::debug!(cluster = %uuid, error = %e, "rows cannot be rendered");
+                    None
+                }
+            },
+            Err(e) if e.is_transient() => return Err(e.into()),
+            Err(_) => None,
+        };
+        // (Without its CAPI Cluster there is nothing to repair into: the
+        // update then fails on its timeout, saying so.)
+        if op == Some(status::Operation::Update)
+            && observed.cluster.is_some()
+            && let Some(d) = &desired
+        {
+            let repairs = plan::drift(d, &observed);
+            if !repairs.is_empty() {
+                self.repair(&cluster, d, &repairs).await?;
+                observed = self.observed(&cluster);
+            }
+        }
+        let (targets, autoscaled) = match &desired {
+            Some(d) => (
+                d.targets.clone(),
+                d.input
+                    .workers
+                    .iter()
+                    .filter(|g| g.autoscale.is_some())
+                    .map(|g| g.key.clone())
+                    .collect::<Vec<_>>(),
+            ),
+            None => (loose_targets(&ngs), Vec::new()),
+        };
+
+        let mut clock = Clock {
+            elapsed_min: age(&cluster).num_minutes().max(0) as u64,
+            create_timeout_min: cluster.get_i64("create_timeout").unwrap_or(0).max(0) as u64,
+            stalled_min: 0,
+            update_timeout_min: self.0.capi.update_timeout,
+        };
+        let first = status::map(
+            op.unwrap_or(status::Operation::Update),
+            &observed,
+            &targets,
+            clock,
+        );
+        let view = if op == Some(status::Operation::Update) {
+            clock.stalled_min = self.stalled_minutes(&cluster, first.progress);
+            status::map(status::Operation::Update, &observed, &targets, clock)
+        } else {
+            first
+        };
+
+        // Nodegroups whose deletion is complete lose their row.
+        let mut removed = Vec::new();
+        for ng in ngs.iter().filter(|n| rows::is_deleting(n)) {
+            let key = rows::group_key(ng);
+            let gone = view
+                .workers
+                .get(&key)
+                .is_some_and(|g| g.status == "DELETE_COMPLETE");
+            if gone
+                && !deleting
+                && ng.get_bool("is_default") != Some(true)
+                && let Some(u) = ng.get_str("uuid")
+            {
+                destroy_if_present(&self.0.db, &NODEGROUP, u).await?;
+                tracing::info!(cluster = %uuid, nodegroup = %key, "nodegroup deleted");
+                removed.push(u.to_string());
+            }
+        }
+        ngs.retain(|n| {
+            !removed
+                .iter()
+                .any(|r| Some(r.as_str()) == n.get_str("uuid"))
+        });
+
+        let ch = sync::changes(
+            &cluster,
+            &ngs,
+            &view,
+            observed.cluster.is_some(),
+            &autoscaled,
+        );
+        let mut moved = false;
+        if !ch.cluster.is_empty() {
+            let (_, changed) = self.save_cluster_changed(&uuid, &ch.cluster).await?;
+            moved = changed.iter().any(|c| c == "status");
+        }
+        for (ng, c) in &ch.nodegroups {
+            self.save_nodegroup(ng, c).await?;
+        }
+        // Magnum's status sync notifies an operation's end (this conductor's
+        // UPDATE made the change: once, whichever conductor wins).
+        if moved && let Some(action) = crate::notify::Action::of_status(&view.status) {
+            let outcome = if view.status.ends_with("_COMPLETE") {
+                crate::notify::Outcome::Success
+            } else {
+                crate::notify::Outcome::Failure
+            };
+            self.notify_cluster(None, action, outcome, &uuid).await;
+        }
+        if !ch.is_empty() {
+            self.0.metrics.status_writes.inc();
+        }
+        if let Some((_, s)) = ch.cluster.iter().find(|(f, _)| *f == "status") {
+            tracing::info!(cluster = %uuid, from = %status_now, to = %s, reason = ?view.status_reason, "cluster status");
+            if op == Some(status::Operation::Update) {
+                self.progress_done(&uuid);
+                let outcome = if view.status.ends_with("_COMPLETE") {
+                    "complete"
+                } else {
+                    "failed"
+                };
+                self.count("update", outcome);
+            }
+        }
+        Ok(())
+    }
+
+    /// Apply what drifted (see [`plan::drift`]).
+    async fn repair(
+        &self,
+        cluster: &MagnumObject,
+        d: &plan::Desired,
+        repairs: &[Repair],
+    ) -> Result<(), StepError> {
+        let uuid = cluster.get_str("uuid").unwrap_or_default();
+        let mut objects = Vec::new();
+        for r in repairs {
+            match r {
+                Repair::ControlPlane => objects.extend(render::render_control_plane(&d.input)),
+                Repair::Group(key) => {
+                    if let Some(g) = d.input.workers.iter().find(|g| &g.key == key) {
+                        objects.extend(render::render_group(&d.input, g));
+                    }
+                }
+                Repair::DeleteGroup(key) => self.delete_group_objects(cluster, key).await?,
+            }
+        }
+        tracing::info!(cluster = %uuid, ?repairs, "applying what the rows ask for");
+        self.0
+            .metrics
+            .cluster_operations
+            .with_label_values(&["repair", "applied"])
+            .inc();
+        self.apply_owned(&d.input, objects, None).await?;
+        Ok(())
+    }
+
+    /// The safety net: a full pass every `[capi] resync_interval` seconds.
+    pub(super) async fn resync_loop(&self) {
+        let every = Duration::from_secs(self.0.capi.resync_interval.max(30));
+        loop {
+            tokio::time::sleep(every).await;
+            let _ = self.0.kicks.send(Kick::All);
+        }
+    }
+}

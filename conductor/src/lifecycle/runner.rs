@@ -1,0 +1,366 @@
+//! The step runner every cluster operation runs on.
+//!
+//! An operation is a short sequence of idempotent steps (Magnum's row
+//! bookkeeping, then server-side applies); [`Run`] gives it what they all
+//! need, in one place:
+//!
+//! - **the lock**: one operation (or status pass) per cluster at a time,
+//!   held for the whole run;
+//! - **the acknowledgement**: [`Run::recorded`] once the first durable
+//!   effect is written (the broker redelivers a request that never got
+//!   there);
+//! - **failure bookkeeping**: each operation declares up front what Magnum
+//!   writes when it fails ([`OnFailure`]: statuses, `status_reason`, a
+//!   `node_count` to restore), and [`Run::finish`] writes it;
+//! - **outcomes**: a refusal ([`StepError::Refused`]) changes nothing and
+//!   is answered as is; a database outage is never a failure: a request
+//!   not yet acknowledged goes back to the broker, one already
+//!   acknowledged is resumed from the rows after a pause;
+//! - **metrics**: `cluster_operations_total{operation,outcome}`.
+//!
+//! What each failure writes is decided by [`failure_writes`] (pure).
+
+use std::time::Duration;
+
+use common::db::DbError;
+use rpc_schema::{Outcome, RemoteFailure};
+use serde_json::{Value, json};
+
+use super::credentials::CredentialError;
+use super::engine::Engine;
+use crate::handlers::DurableSignal;
+use crate::mgmt::MgmtError;
+
+/// How long an acknowledged operation that met a database outage waits
+/// before it is driven again.
+pub(super) const RESUME_DELAY: Duration = Duration::from_secs(10);
+
+/// Why a step failed: becomes `status_reason` (or the reply).
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// Refused before anything changed: answered as is, nothing recorded.
+    #[error("{}", .0.message)]
+    Refused(RemoteFailure),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Db(#[from] DbError),
+    #[error("{0}")]
+    Mgmt(#[from] MgmtError),
+    #[error("{0}")]
+    Credentials(#[from] CredentialError),
+    #[error("{0}")]
+    Certificates(String),
+}
+
+impl From<kube::Error> for StepError {
+    fn from(e: kube::Error) -> StepError {
+        StepError::Mgmt(MgmtError::Api(e))
+    }
+}
+
+impl StepError {
+    /// The database is unavailable: not the operation's fault.
+    pub fn is_transient_db(&self) -> bool {
+        matches!(self, StepError::Db(d) if d.is_transient())
+    }
+
+    /// The failure a call's reply carries (casts only log it).
+    pub fn to_failure(&self) -> RemoteFailure {
+        match self {
+            StepError::Refused(f) => f.clone(),
+            StepError::Db(d) => d.to_failure(),
+            StepError::Invalid(m) | StepError::Certificates(m) => {
+                RemoteFailure::invalid_parameter(m)
+            }
+            other => RemoteFailure::magnum_with_message(
+                "MagnumException",
+                &other.to_string(),
+                serde_json::Map::new(),
+            ),
+        }
+    }
+}
+
+/// The operations, as counted in metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Create,
+    Delete,
+    Update,
+    Resize,
+    Upgrade,
+    NodegroupCreate,
+    NodegroupUpdate,
+    NodegroupDelete,
+    CredentialRotate,
+}
+
+impl Op {
+    /// The CADF action Magnum notifies for this operation (nodegroup
+    /// operations notify nothing in Magnum).
+    pub fn notified(self) -> Option<crate::notify::Action> {
+        use crate::notify::Action;
+        match self {
+            Op::Create => Some(Action::Create),
+            Op::Delete => Some(Action::Delete),
+            Op::Update | Op::Resize | Op::Upgrade => Some(Action::Update),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Create => "create",
+            Op::Delete => "delete",
+            Op::Update => "update",
+            Op::Resize => "resize",
+            Op::Upgrade => "upgrade",
+            Op::NodegroupCreate => "nodegroup_create",
+            Op::NodegroupUpdate => "nodegroup_update",
+            Op::NodegroupDelete => "nodegroup_delete",
+            Op::CredentialRotate => "credential_rotate",
+        }
+    }
+}
+
+/// A write Magnum makes when an operation fails.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OnFailure {
+    /// The cluster's status, and its `status_reason` = the error if `reason`.
+    Cluster { status: &'static str, reason: bool },
+    /// A nodegroup's status (and `status_reason`), plus fields put back.
+    Nodegroup {
+        uuid: String,
+        status: Option<&'static str>,
+        reason: bool,
+        restore: Vec<(&'static str, Value)>,
+    },
+}
+
+/// One row a failure writes: (is it the cluster row?, uuid, changes).
+pub type FailureWrite = (bool, String, Vec<(&'static str, Value)>);
+
+/// The rows a failure writes, in order.
+pub fn failure_writes(cluster_uuid: &str, plan: &[OnFailure], error: &str) -> Vec<FailureWrite> {
+    plan.iter()
+        .map(|f| match f {
+            OnFailure::Cluster { status, reason } => {
+                let mut c = vec![("status", json!(status))];
+                if *reason {
+                    c.push(("status_reason", json!(error)));
+                }
+                (true, cluster_uuid.to_string(), c)
+            }
+            OnFailure::Nodegroup {
+                uuid,
+                status,
+                reason,
+                restore,
+            } => {
+                let mut c = restore.clone();
+                if let Some(s) = status {
+                    c.push(("status", json!(s)));
+                }
+                if *reason {
+                    c.push(("status_reason", json!(error)));
+                }
+                (false, uuid.clone(), c)
+            }
+        })
+        .collect()
+}
+
+/// One operation in flight on one cluster.
+pub(super) struct Run<'a> {
+    pub(super) engine: Engine,
+    pub(super) op: Op,
+    pub(super) uuid: String,
+    /// The request's context (None: a resume or the status worker).
+    ctx: Option<rpc_schema::RequestContext>,
+    durable: Option<&'a mut DurableSignal>,
+    _held: tokio::sync::OwnedMutexGuard<()>,
+    on_failure: Vec<OnFailure>,
+}
+
+impl<'a> Run<'a> {
+    /// Take the cluster's lock (waiting for a running operation or status
+    /// pass to end) and start.
+    pub(super) async fn begin(
+        engine: &Engine,
+        op: Op,
+        uuid: &str,
+        ctx: Option<&rpc_schema::RequestContext>,
+        durable: Option<&'a mut DurableSignal>,
+    ) -> Run<'a> {
+        let held = engine.lock(uuid).lock_owned().await;
+        Run {
+            engine: engine.clone(),
+            op,
+            uuid: uuid.to_string(),
+            ctx: ctx.cloned(),
+            durable,
+            _held: held,
+            on_failure: Vec::new(),
+        }
+    }
+
+    /// The first durable effect is recorded: acknowledge the request.
+    pub(super) fn recorded(&mut self) {
+        if let Some(d) = self.durable.as_deref_mut() {
+            d.recorded();
+        }
+    }
+
+    /// Whether the request is still unacknowledged.
+    pub(super) fn unacknowledged(&self) -> bool {
+        self.durable
+            .as_deref()
+            .is_some_and(DurableSignal::is_pending)
+    }
+
+    /// Magnum's "pending" notification for this operation (sent where
+    /// Magnum's handler sends it).
+    pub(super) async fn notify_pending(&self) {
+        self.notify(crate::notify::Outcome::Pending).await;
+    }
+
+    async fn notify(&self, outcome: crate::notify::Outcome) {
+        let Some(action) = self.op.notified() else {
+            return;
+        };
+        self.engine
+            .notify_cluster(self.ctx.as_ref(), action, outcome, &self.uuid)
+            .await;
+    }
+
+    /// What to write if the operation fails from here on.
+    pub(super) fn on_failure(&mut self, f: OnFailure) {
+        self.on_failure.push(f);
+    }
+
+    /// End the run: count it, and on failure do the bookkeeping (see the
+    /// module documentation).
+    pub(super) async fn finish(mut self, result: Result<Value, StepError>) -> Outcome {
+        let name = self.op.name();
+        match result {
+            Ok(v) => {
+                self.engine.count(name, "started");
+                self.recorded();
+                Outcome::Result(v)
+            }
+            Err(StepError::Refused(f)) => {
+                self.engine.count(name, "refused");
+                tracing::info!(cluster = %self.uuid, operation = name, reason = %f.message, "operation refused");
+                // Magnum notifies a refused update, resize or upgrade.
+                if matches!(self.op, Op::Update | Op::Resize | Op::Upgrade) {
+                    self.notify(crate::notify::Outcome::Failure).await;
+                }
+                self.recorded();
+                Outcome::Failure(f)
+            }
+            Err(e) if e.is_transient_db() => {
+                self.engine.count(name, "retried");
+                if self.unacknowledged() {
+                    tracing::warn!(cluster = %self.uuid, operation = name, error = %e,
+                        "database unavailable; the request goes back to the queue");
+                    if let Some(d) = self.durable.as_deref_mut() {
+                        d.retry_later();
+                    }
+                } else {
+                    tracing::warn!(cluster = %self.uuid, operation = name, error = %e,
+                        retry_in_s = RESUME_DELAY.as_secs(), "database unavailable; resuming from the rows later");
+                    self.engine.resume_later(&self.uuid);
+                }
+                Outcome::Failure(e.to_failure())
+            }
+            Err(e) => {
+                self.engine.count(name, "failed");
+                let reason = e.to_string();
+                tracing::warn!(cluster = %self.uuid, operation = name, %reason, "cluster operation failed");
+                for (is_cluster, uuid, changes) in
+                    failure_writes(&self.uuid, &self.on_failure, &reason)
+                {
+                    let saved = if is_cluster {
+                        self.engine.save_cluster(&uuid, &changes).await.map(|_| ())
+                    } else {
+                        self.engine
+                            .save_nodegroup(&uuid, &changes)
+                            .await
+                            .map(|_| ())
+                    };
+                    if let Err(d) = saved {
+                        tracing::error!(cluster = %self.uuid, error = %d, "cannot record the failure");
+                    }
+                }
+                self.notify(crate::notify::Outcome::Failure).await;
+                self.recorded();
+                Outcome::Failure(e.to_failure())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_bookkeeping_is_declared_data() {
+        let plan = [
+            OnFailure::Cluster {
+                status: "UPDATE_FAILED",
+                reason: true,
+            },
+            OnFailure::Nodegroup {
+                uuid: "ng-1".into(),
+                status: Some("UPDATE_FAILED"),
+                reason: true,
+                restore: vec![("node_count", json!(2))],
+            },
+        ];
+        let w = failure_writes("c-1", &plan, "boom");
+        assert_eq!(
+            w[0],
+            (
+                true,
+                "c-1".to_string(),
+                vec![
+                    ("status", json!("UPDATE_FAILED")),
+                    ("status_reason", json!("boom"))
+                ]
+            )
+        );
+        assert_eq!(
+            w[1].2,
+            vec![
+                ("node_count", json!(2)),
+                ("status", json!("UPDATE_FAILED")),
+                ("status_reason", json!("boom"))
+            ]
+        );
+        let quiet = failure_writes(
+            "c-1",
+            &[OnFailure::Cluster {
+                status: "UPDATE_FAILED",
+                reason: false,
+            }],
+            "x",
+        );
+        assert_eq!(quiet[0].2, vec![("status", json!("UPDATE_FAILED"))]);
+    }
+
+    #[test]
+    fn replies() {
+        let f =
+            StepError::Refused(RemoteFailure::not_supported("Upgrading a cluster")).to_failure();
+        assert_eq!(f.class, "NotSupported");
+        let f = StepError::Invalid("bad".into()).to_failure();
+        assert_eq!(
+            (f.class.as_str(), f.http_code()),
+            ("InvalidParameterValue", 400)
+        );
+        let f = StepError::Mgmt(MgmtError::Malformed("kind")).to_failure();
+        assert_eq!((f.class.as_str(), f.http_code()), ("MagnumException", 500));
+    }
+}

@@ -1,0 +1,249 @@
+//! `cluster_upgrade` (a call): another template's Kubernetes version and
+//! image, rolled through new hash-named machine templates.
+//!
+//! What is upgraded follows Magnum's API, which always names a nodegroup
+//! (the default worker when the user names none):
+//!
+//! - a new template and a worker group: **the whole cluster**: the
+//!   cluster's `cluster_template_id` and `kube_tag` move to the template,
+//!   the control plane first, then every worker group (each held on its
+//!   current machines until every control-plane machine runs the new
+//!   version: kubelets never newer than the API server);
+//! - a new template and the master group: the control plane only (the
+//!   workers follow later, one `--nodegroup` at a time);
+//! - the cluster's own template and one group: that group catches up.
+//!
+//! `max_batch_size` is the workers' rollout: that many new machines at a
+//! time, none removed before its replacement is ready (the control plane
+//! rolls one machine at a time, as KubeadmControlPlane allows).
+//!
+//! Refused before anything is written (HTTP 409,
+//! `InvalidClusterTemplateForUpgrade`): downgrades, minor skips, a change
+//! that cannot be rolled (COE, server type, OS family, network driver,
+//! external or fixed network, TLS), a template the cluster could not be
+//! rendered from. An upgrade while another operation runs is refused with
+//! Magnum's status check (`NotSupported`).
+
+use common::db::model::CLUSTER_TEMPLATE;
+use common::db::repo::{self, Scope};
+use rpc_schema::ovo::MagnumObject;
+use rpc_schema::{Outcome, RemoteFailure};
+use serde_json::{Map, Value, json};
+
+use super::engine::{Engine, Parts};
+use super::plan::{self, Batch, Checked};
+use super::rows;
+use super::runner::{OnFailure, Op, Run, StepError};
+use crate::handlers::DurableSignal;
+
+fn refuse(reason: &str) -> StepError {
+    let mut kw = Map::new();
+    kw.insert("reason".into(), json!(reason));
+    StepError::Refused(RemoteFailure::magnum(
+        "InvalidClusterTemplateForUpgrade",
+        kw,
+    ))
+}
+
+/// What an upgrade request covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coverage {
+    WholeCluster,
+    ControlPlane,
+    OneGroup,
+}
+
+/// Decide the scope (pure): `template_changes`, and the named group's role.
+pub fn scope(template_changes: bool, master: bool) -> Coverage {
+    match (template_changes, master) {
+        (_, true) => Coverage::ControlPlane,
+        (true, false) => Coverage::WholeCluster,
+        (false, false) => Coverage::OneGroup,
+    }
+}
+
+impl Engine {
+    /// `cluster_upgrade` (a call; the reply is the cluster object).
+    pub async fn cluster_upgrade(
+        &self,
+        ctx: &rpc_schema::RequestContext,
+        cluster: &MagnumObject,
+        cluster_template: &MagnumObject,
+        max_batch_size: i64,
+        nodegroup: &MagnumObject,
+        durable: &mut DurableSignal,
+    ) -> Outcome {
+        let uuid = cluster.get_str("uuid").unwrap_or_default().to_string();
+        let mut run = Run::begin(self, Op::Upgrade, &uuid, Some(ctx), Some(durable)).await;
+        let result = self
+            .upgrade_steps(&mut run, cluster_template, max_batch_size, nodegroup)
+            .await;
+        run.finish(result).await
+    }
+
+    async fn upgrade_steps(
+        &self,
+        run: &mut Run<'_>,
+        new_template: &MagnumObject,
+        max_batch_size: i64,
+        nodegroup: &MagnumObject,
+    ) -> Result<Value, StepError> {
+        let uuid = run.uuid.clone();
+        let row = self.cluster(&uuid).await?;
+        plan::check_status(
+            Checked::Upgrade,
+            row.get_str("status").unwrap_or_default(),
+            None,
+        )
+        .map_err(StepError::Refused)?;
+        let current = self.template(&row).await?;
+        let new_id = new_template.get_str("uuid").unwrap_or_default();
+        let new = repo::get(&self.0.db, &CLUSTER_TEMPLATE, &Scope::admin(), new_id)
+            .await
+            .map_err(|e| {
+                if e.is_transient() {
+                    StepError::Db(e)
+                } else {
+                    StepError::Refused(e.to_failure())
+                }
+            })?;
+        let ngs = self.nodegroups(&uuid).await?;
+        let wanted = nodegroup.get_str("uuid").unwrap_or_default();
+        let ng = ngs
+            .iter()
+            .find(|n| n.get_str("uuid") == Some(wanted))
+            .ok_or_else(|| {
+                let mut kw = Map::new();
+                kw.insert("nodegroup".into(), json!(wanted));
+                StepError::Refused(RemoteFailure::magnum("NodeGroupNotFound", kw))
+            })?
+            .clone();
+        let changes_template = row.get_str("cluster_template_id") != Some(new_id);
+        let master = ng.get_str("role") == Some("master");
+        if changes_template && !master && ng.get_bool("is_default") != Some(true) {
+            return Err(refuse(&format!(
+                "Nodegroup {} can be upgraded only to match cluster's template ({}).",
+                ng.get_str("name").unwrap_or("?"),
+                current.get_str("name").unwrap_or("?")
+            )));
+        }
+        let scope = scope(changes_template, master);
+        let target =
+            plan::check_upgrade(&row, &current, &new, &ngs, scope == Coverage::WholeCluster)
+                .map_err(|e| refuse(&e))?;
+        let version = target.to_string();
+        let image = new
+            .get_str("image_id")
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| refuse("the new template has no image"))?
+            .to_string();
+        // The rows after the upgrade, checked (rendered) before any write.
+        let participants: Vec<&MagnumObject> = ngs
+            .iter()
+            .filter(|n| !rows::is_deleting(n))
+            .filter(|n| match scope {
+                Coverage::WholeCluster => true,
+                Coverage::ControlPlane => n.get_str("role") == Some("master"),
+                Coverage::OneGroup => n.get_str("uuid") == Some(wanted),
+            })
+            .collect();
+        let mut labels = row
+            .get("labels")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        if changes_template {
+            labels.insert("kube_tag".into(), json!(version));
+        }
+        let mut after = row.clone();
+        after
+            .set("labels", Value::Object(labels.clone()))
+            .map_err(|e| StepError::Invalid(e.to_string()))?;
+        let mut after_ngs = ngs.clone();
+        for n in &mut after_ngs {
+            if participants
+                .iter()
+                .any(|p| p.get_str("uuid") == n.get_str("uuid"))
+            {
+                n.set("version", json!(version))
+                    .and_then(|_| n.set("image_id", json!(image)))
+                    .map_err(|e| StepError::Invalid(e.to_string()))?;
+            }
+        }
+        let template_after = if changes_template && scope != Coverage::OneGroup {
+            &new
+        } else {
+            &current
+        };
+        self.desired(&after, template_after, &after_ngs, None)
+            .map_err(|e| refuse(&e.to_string()))?;
+
+        // Magnum's bookkeeping: the groups, then the cluster.
+        run.notify_pending().await;
+        run.on_failure(OnFailure::Cluster {
+            status: "UPDATE_FAILED",
+            reason: true,
+        });
+        run.on_failure(OnFailure::Nodegroup {
+            uuid: wanted.to_string(),
+            status: Some("UPDATE_FAILED"),
+            reason: true,
+            restore: Vec::new(),
+        });
+        for n in &participants {
+            let u = n.get_str("uuid").unwrap_or_default();
+            self.save_nodegroup(
+                u,
+                &[
+                    ("version", json!(version)),
+                    ("image_id", json!(image)),
+                    ("status", json!("UPDATE_IN_PROGRESS")),
+                ],
+            )
+            .await?;
+        }
+        crate::failpoint::hit("upgrade.after_nodegroups").await;
+        let mut cluster_changes = vec![
+            ("status", json!("UPDATE_IN_PROGRESS")),
+            ("status_reason", Value::Null),
+        ];
+        if changes_template && scope != Coverage::OneGroup {
+            cluster_changes.insert(0, ("cluster_template_id", json!(new_id)));
+            cluster_changes.insert(1, ("labels", Value::Object(labels)));
+        }
+        let saved = self.save_cluster(&uuid, &cluster_changes).await?;
+        run.recorded();
+        self.progress_restart(&uuid);
+        crate::failpoint::hit("upgrade.after_rows").await;
+        let workers: Vec<String> = participants
+            .iter()
+            .filter(|n| n.get_str("role") != Some("master"))
+            .map(|n| rows::group_key(n))
+            .collect();
+        let batch = Batch {
+            groups: workers.clone(),
+            rollout: plan::batch_rollout(max_batch_size),
+        };
+        let parts = match scope {
+            Coverage::OneGroup => Parts::Groups(workers),
+            _ => Parts::ControlPlaneAnd(workers),
+        };
+        self.converge(&uuid, parts, Some(&batch)).await?;
+        tracing::info!(cluster = %uuid, to = %version, ?scope, max_batch_size, "upgrade started");
+        self.kick_cluster(&saved);
+        Ok(saved.to_primitive())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_an_upgrade_covers() {
+        assert_eq!(scope(true, false), Coverage::WholeCluster);
+        assert_eq!(scope(true, true), Coverage::ControlPlane);
+        assert_eq!(scope(false, true), Coverage::ControlPlane);
+        assert_eq!(scope(false, false), Coverage::OneGroup);
+    }
+}

@@ -1,0 +1,1 @@
+"""magnum-api side of the Rust magnum-conductor (see README.md)."""
