@@ -1,0 +1,157 @@
+"""A user's whole session through the real magnum-api and `openstack coe`.
+
+See api_env.py for what runs: real Keystone, the real magnum-api (23.0.0 as
+the console script, which sends every object read/write to our conductor,
+and as the WSGI application; 22.0.0 as the console script) with our driver
+package, a database built by that release's migrations, our conductor, the
+simulator as the management cluster. The user only types CLI commands.
+
+What the API itself refuses, before any RPC, comes from Magnum's code plus
+our driver package (deploy/magnum-driver): an even control-plane size on
+create and on resize (`validate_master_size`, `validate_master_resize`), a
+template or cluster whose image's `os_distro` this deployment does not serve.
+Where that refusal happens differs by release, and is asserted as it is:
+Magnum 23.0.0 resolves a template's driver by name (`[drivers]
+default_driver` or the first installed one) without checking `provides`, so
+an unserved distribution passes template create and is refused at cluster
+create (`enforce_cluster_type_supported`); Magnum 22.0.0 checks `provides`
+at template create.
+"""
+import base64
+import time
+
+import pytest
+
+from api_env import ApiEnv
+
+COMMON = ["--coe", "kubernetes", "--external-network", "public", "--flavor", "m1.small",
+          "--master-flavor", "m1.medium", "--keypair", "mykey", "--master-lb-enabled",
+          "--network-driver", "calico"]
+
+
+@pytest.fixture(scope="module", params=[("23", "console", "v1beta2"), ("23", "wsgi", "v1beta1"),
+                                        ("22", "console", "v1beta1")],
+                ids=lambda p: "-".join(p))
+def env(request, tmp_path_factory):
+    release, mode, line = request.param
+    e = ApiEnv(tmp_path_factory.mktemp(f"e2e-{release}-{mode}"), release, mode, line)
+    yield e
+    assert e.close() == 0, "the conductor did not stop cleanly"
+
+
+def template(env, name, image, kube_tag):
+    return env.coe("cluster", "template", "create", name, "--image", image, *COMMON,
+                   "--labels", f"kube_tag={kube_tag}", "-f", "json")
+
+
+def refused(env, *args):
+    rc, _, err = env.openstack("coe", *args, ok=False)
+    assert rc != 0, args
+    return err
+
+
+def ng(env, cluster, name):
+    return env.coe("nodegroup", "show", cluster, name, "-f", "json")
+
+
+def settled(c):
+    return c is not None and not c["status"].endswith("_IN_PROGRESS")
+
+
+def test_user_session(env):
+    full = env.release == "23"
+    t = template(env, "k8s-v1.30", "ubuntu-2204-kube-v1.30.4", "v1.30.4")
+    assert t["cluster_distro"] == "ubuntu" and t["coe"] == "kubernetes"
+    assert any(p.startswith("/image/") for p in env.cloud.asked("/image")), "the API looked the image up"
+
+    # Refusals at the API, before any RPC.
+    if env.release == "23":
+        assert t["driver"] == "k8s_capi_rust"
+        flatcar = template(env, "flatcar", "flatcar-kube-v1.30.4", "v1.30.4")
+        err = refused(env, "cluster", "create", "fc", "--cluster-template", flatcar["uuid"], "--node-count", "1")
+        assert "Cluster type (vm, flatcar, kubernetes)" in err and "not supported" in err and "HTTP 400" in err, err
+    else:
+        err = refused(env, "cluster", "template", "create", "flatcar", "--image", "flatcar-kube-v1.30.4", *COMMON)
+        assert "Cluster type (vm, flatcar, kubernetes)" in err and "not supported" in err and "HTTP 400" in err, err
+    err = refused(env, "cluster", "create", "even", "--cluster-template", "k8s-v1.30", "--master-count", "2",
+                  "--node-count", "1")
+    assert "master nodegroup size of 2 is invalid, size cannot be an even number (HTTP 400)" in err, err
+    assert env.coe("cluster", "list", "-f", "json") == []
+
+    # Create.
+    env.coe("cluster", "create", "demo", "--cluster-template", "k8s-v1.30", "--master-count", "1",
+            "--node-count", "1")
+    c, seen = env.wait("demo", settled)
+    assert c["status"] == "CREATE_COMPLETE", seen
+    assert c["api_address"].startswith("https://") and c["coe_version"] == "v1.30.4"
+    assert len(c["master_addresses"]) == 1 and len(c["node_addresses"]) == 1, c
+    assert c["health_status"] == "HEALTHY", c
+    listed = env.coe("cluster", "list", "-f", "json")
+    assert [(x["name"], x["status"]) for x in listed] == [("demo", "CREATE_COMPLETE")]
+    ngs = {n["name"]: n for n in env.coe("nodegroup", "list", "demo", "-f", "json")}
+    assert set(ngs) == {"default-master", "default-worker"}
+    assert all(n["status"] == "CREATE_COMPLETE" for n in ngs.values()), ngs
+
+    # The kubeconfig `cluster config` writes: signed by the conductor, with
+    # the CA the management cluster holds for this cluster.
+    out = env.coe("cluster", "config", "demo", "--dir", str(env.tmp), "--force")
+    assert "KUBECONFIG" in out, out
+    kubeconfig = (env.tmp / "config").read_text()
+    assert f"server: {c['api_address']}" in kubeconfig
+    ns = f"magnum-{env.ks['tenant']}"
+    [capi_cluster] = env.sim.items(env.sim.capi, "clusters", ns=ns)
+    ca_secret = env.sim.get(f"/api/v1/namespaces/{ns}/secrets/{capi_cluster['metadata']['name']}-ca")
+    ca = base64.b64decode(ca_secret["data"]["tls.crt"]).decode()
+    in_config = next(ln.split(":", 1)[1].strip() for ln in kubeconfig.splitlines()
+                     if "certificate-authority-data" in ln)
+    assert base64.b64decode(in_config).decode().strip() == ca.strip()
+
+    # Resize the workers; an even control plane is refused by the API.
+    err = refused(env, "cluster", "resize", "demo", "2", "--nodegroup", "default-master")
+    assert "master nodegroup size of 2 is invalid, size cannot be an even number (HTTP 400)" in err, err
+    env.coe("cluster", "resize", "demo", "2")
+    c, seen = env.wait("demo", lambda c: settled(c) and c["node_count"] == 2)
+    assert c["status"] == "UPDATE_COMPLETE", seen
+    assert len(c["node_addresses"]) == 2, c
+    if not full:
+        delete(env, c)
+        return
+
+    # Upgrade to the next minor.
+    up = template(env, "k8s-v1.31", "ubuntu-2204-kube-v1.31.1", "v1.31.1")
+    env.coe("cluster", "upgrade", "demo", "k8s-v1.31")
+    c, seen = env.wait("demo", lambda c: settled(c) and c["cluster_template_id"] == up["uuid"], timeout=300)
+    assert c["status"] == "UPDATE_COMPLETE", seen
+    assert c["coe_version"] == "v1.31.1"
+    # A downgrade is refused, and nothing changes.
+    err = refused(env, "cluster", "upgrade", "demo", "k8s-v1.30")
+    assert "downgrade" in err.lower() or "v1.30.4" in err, err
+    assert env.coe("cluster", "show", "demo", "-f", "json")["cluster_template_id"] == up["uuid"]
+
+    # Node groups.
+    env.coe("nodegroup", "create", "demo", "extra", "--node-count", "1", "--labels", "tier=batch")
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        n = ng(env, "demo", "extra")
+        if not n["status"].endswith("_IN_PROGRESS"):
+            break
+        time.sleep(1)
+    assert n["status"] == "CREATE_COMPLETE", n
+    assert len(n["node_addresses"]) == 1 and n["labels"].get("tier") == "batch", n
+    env.coe("nodegroup", "delete", "demo", "extra")
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        names = [x["name"] for x in env.coe("nodegroup", "list", "demo", "-f", "json")]
+        if "extra" not in names:
+            break
+        time.sleep(1)
+    assert names == ["default-master", "default-worker"] or sorted(names) == ["default-master", "default-worker"]
+    delete(env, c)
+
+
+def delete(env, c):
+    env.coe("cluster", "delete", "demo")
+    got, seen = env.wait("demo", lambda c: c is None)
+    ns = f"magnum-{env.ks['tenant']}"
+    assert env.sim.items(env.sim.capi, "clusters", ns=ns) == [], "the CAPI Cluster is gone"
+    assert env.coe("cluster", "list", "-f", "json") == []
