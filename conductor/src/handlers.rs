@@ -305,6 +305,18 @@ impl Handlers for ConductorHandlers {
                 objinst,
                 object_versions,
             } => self.indirection.backport(&objinst, &object_versions),
+            ConductorRequest::ObjectBackport {
+                objinst,
+                target_version,
+            } => {
+                // `objinst.obj_to_primitive(target_version=...)`.
+                let mut versions = serde_json::Map::new();
+                versions.insert(
+                    objinst.class.name.to_string(),
+                    Value::String(target_version),
+                );
+                self.indirection.backport(&objinst, &versions)
+            }
             other => BaseHandlers::base_outcome(&other),
         }
     }

@@ -260,10 +260,44 @@ pub fn message(
         json!(stamp.now.format("%Y-%m-%d %H:%M:%S%.6f").to_string()),
     );
     m.insert("_unique_id".into(), json!(stamp.unique_id));
+    // The status sync notifies with Magnum's `make_admin_context(all_tenants=True)`,
+    // whose `to_dict()` oslo.messaging sends as below (recorded from Magnum
+    // 23.0.0: `all_tenants` does come out False, user_identity all dashes).
     let admin = || {
         let mut c = Map::new();
-        c.insert("is_admin".into(), json!(true));
-        c.insert("all_tenants".into(), json!(true));
+        for k in [
+            "auth_token",
+            "auth_token_info",
+            "auth_url",
+            "domain",
+            "global_request_id",
+            "project",
+            "project_domain",
+            "project_id",
+            "project_name",
+            "resource_uuid",
+            "system_scope",
+            "user",
+            "user_domain",
+            "user_domain_id",
+            "user_domain_name",
+            "user_id",
+            "user_name",
+        ] {
+            c.insert(k.into(), Value::Null);
+        }
+        for (k, v) in [
+            ("all_tenants", json!(false)),
+            ("is_admin", json!(true)),
+            ("is_admin_project", json!(true)),
+            ("read_only", json!(false)),
+            ("roles", json!([])),
+            ("show_deleted", json!(false)),
+            ("user_identity", json!("- - - - -")),
+            ("request_id", json!(format!("req-{}", uuid::Uuid::new_v4()))),
+        ] {
+            c.insert(k.into(), v);
+        }
         c
     };
     let context = ctx.map(|c| c.raw().clone()).unwrap_or_else(admin);

@@ -33,6 +33,11 @@ Day-2, as magnum-api sends them (objects loaded the way its controllers do):
 Magnum's own handler in process instead, with a driver that does nothing
 (or raises MC_DRIVER_RAISES), to compare the rows it writes with ours.
 `upgrade` prints {"error": class, "message", "code"} when refused.
+
+    python-notify <cluster> <action> <outcome> [admin]
+
+sends the CADF notification Magnum's conductor sends for that cluster
+(`notify_about_cluster_operation`), with the configured driver.
 """
 import json
 import os
@@ -261,8 +266,18 @@ def main():
                 setattr(ng, k, v)
             ng.save()
         out = {"uuid": c.uuid}
-    elif cmd.startswith("python-") and cmd != "python-create":
+    elif cmd.startswith("python-") and cmd not in ("python-create", "python-notify"):
         out = run_python_handler(ctx, cmd, rest, objects)
+    elif cmd == "python-notify":
+        # Magnum's own conductor notification for this cluster, as its
+        # handlers send it (notify_about_cluster_operation).
+        from magnum.common import rpc
+        from magnum.conductor import utils as conductor_utils
+        cluster = objects.Cluster.get_by_uuid(ctx, rest[0])
+        # The status sync notifies with an admin context (ClusterUpdateJob).
+        who = admin if rest[3:] == ["admin"] else ctx
+        conductor_utils.notify_about_cluster_operation(who, rest[1], rest[2], cluster)
+        rpc.TRANSPORT.cleanup()
     elif cmd == "delete":
         from magnum.conductor import api
         api.API(context=ctx).cluster_delete_async(rest[0])

@@ -22,7 +22,8 @@ import time
 
 import pytest
 
-from api_env import ApiEnv
+from api_env import USER_PW, ApiEnv
+from test_lifecycle_keystone import call, password_token
 
 COMMON = ["--coe", "kubernetes", "--external-network", "public", "--flavor", "m1.small",
           "--master-flavor", "m1.medium", "--keypair", "mykey", "--master-lb-enabled",
@@ -106,6 +107,24 @@ def test_user_session(env):
                      if "certificate-authority-data" in ln)
     assert base64.b64decode(in_config).decode().strip() == ca.strip()
 
+    # The cluster's OpenStack credential: an application credential of the
+    # user, made by the conductor with the user's token; CAPO's clouds.yaml
+    # holds it. `credential rotate` replaces it: a new one, the Secret
+    # updated, the old one deleted (with the conductor's service user).
+    first = app_creds(env)
+    assert [a["name"] for a in first] == [f"magnum-{c['uuid']}"], first
+    assert clouds_yaml(env, capi_cluster)["application_credential_id"] == first[0]["id"]
+    out = env.coe("credential", "rotate", "demo")
+    assert f"Request to rotate credentials for cluster {c['uuid']} accepted" in out, out
+    second = app_creds(env)
+    assert len(second) == 1 and second[0]["id"] != first[0]["id"], (first, second)
+    fields = clouds_yaml(env, capi_cluster)
+    assert fields["application_credential_id"] == second[0]["id"]
+    status, _, _ = call("POST", f"{env.ks['url']}/auth/tokens", body={"auth": {"identity": {
+        "methods": ["application_credential"], "application_credential": {
+            "id": fields["application_credential_id"], "secret": fields["application_credential_secret"]}}}})
+    assert status == 201, "the new credential authenticates"
+
     # Resize the workers; an even control plane is refused by the API.
     err = refused(env, "cluster", "resize", "demo", "2", "--nodegroup", "default-master")
     assert "master nodegroup size of 2 is invalid, size cannot be an even number (HTTP 400)" in err, err
@@ -149,9 +168,25 @@ def test_user_session(env):
     delete(env, c)
 
 
+def app_creds(env):
+    token, _ = password_token(env.ks["url"], "alice", USER_PW, project_id=env.ks["tenant"])
+    status, _, body = call("GET", f"{env.ks['url']}/users/{env.ks['alice']}/application_credentials", token)
+    assert status == 200
+    return body["application_credentials"]
+
+
+def clouds_yaml(env, capi_cluster):
+    name = capi_cluster["metadata"]["name"]
+    secret = env.sim.get(f"/api/v1/namespaces/{capi_cluster['metadata']['namespace']}/secrets/"
+                         f"{name}-cloud-credentials")
+    text = base64.b64decode(secret["data"]["clouds.yaml"]).decode()
+    return dict(line.strip().split(": ", 1) for line in text.splitlines() if ": " in line)
+
+
 def delete(env, c):
     env.coe("cluster", "delete", "demo")
     got, seen = env.wait("demo", lambda c: c is None)
+    assert app_creds(env) == [], "the cluster's application credential is deleted with it"
     ns = f"magnum-{env.ks['tenant']}"
     assert env.sim.items(env.sim.capi, "clusters", ns=ns) == [], "the CAPI Cluster is gone"
     assert env.coe("cluster", "list", "-f", "json") == []

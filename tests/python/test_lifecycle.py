@@ -230,6 +230,10 @@ def test_create_and_delete(env):
     assert env.sim.items("v1", "secrets", sel) == []
     assert env.sim.items("addons.cluster.x-k8s.io/v1alpha1", "helmchartproxies", sel) == []
     assert env.sim.items("infrastructure.cluster.x-k8s.io/v1beta1", "openstackmachinetemplates", sel) == []
+    # No [oslo_messaging_notifications] driver (Magnum's default): nothing
+    # published, no notification queue declared (test_notifications has the rest).
+    queues = rabbitmqctl("list_queues", "-p", env.vhost, "name").split()
+    assert not [q for q in queues if q.startswith("notifications")], queues
 
 
 def test_rows_match_magnums_conductor(env):

@@ -1,0 +1,155 @@
+"""CADF notifications, as Magnum's conductor sends them, next to Magnum's own.
+
+With `[oslo_messaging_notifications] driver = messagingv2`, every operation
+tells listeners (Ceilometer, billing, audit) that it started and how it
+ended: `magnum.cluster.{create,update,delete}`, outcome pending when the
+handler accepts the request, success or failure when the status sync sees
+the end; INFO on `notifications.info`, failures ERROR on
+`notifications.error` (Magnum's `notify_about_cluster_operation` and
+`ClusterUpdateJob`). For the same cluster, Magnum 23.0.0's own function
+sends a message through oslo.messaging on the same vhost, and the two are
+compared: the envelope, the message keys, the CADF event and the cluster
+data attached, key for key and value for value (ids and times excepted).
+The request context travels as `_context_*` keys, the same keys and values
+as Magnum's (the user's for pending, the status sync's admin context for
+the end), and like Magnum's it carries no Keystone token.
+Without a driver (Magnum's default), nothing is published and no
+notification queue is declared (test_lifecycle checks it).
+"""
+import json
+import time
+
+import kombu
+import pytest
+
+from test_lifecycle import Env, PROJECT
+
+CONF = "\n[oslo_messaging_notifications]\ndriver = messagingv2\n"
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    e = Env(tmp_path_factory.mktemp("notify"), "v1beta1", extra=CONF)
+    yield e
+    e.close()
+
+
+def drain(env, queue, settle=1.0):
+    """Every message on `queue` until it stays empty for `settle` seconds."""
+    out = []
+    with kombu.Connection(f"amqp://guest:guest@127.0.0.1:5672/{env.vhost}") as conn:
+        ch = conn.default_channel
+        quiet = time.time() + settle
+        while time.time() < quiet:
+            try:
+                m = ch.basic_get(queue=queue, no_ack=True)
+            except Exception as e:  # the queue does not exist (yet)
+                assert "NOT_FOUND" in str(e) or "404" in str(e), e
+                return out
+            if m is None:
+                time.sleep(0.1)
+                continue
+            outer = json.loads(m.body)
+            assert outer["oslo.version"] == "2.0", outer
+            out.append(json.loads(outer["oslo.message"]))
+            quiet = time.time() + settle
+    return out
+
+
+def summary(msgs):
+    return [(m["event_type"], m["priority"], m["payload"]["outcome"]) for m in msgs]
+
+
+def wait_for(env, queue, n, timeout=30):
+    got = []
+    deadline = time.time() + timeout
+    while len(got) < n and time.time() < deadline:
+        got += drain(env, queue, settle=0.3)
+    return got
+
+
+def same_shape(ours, theirs, path="", skip=()):
+    """Same keys all the way down; equal leaves except `skip` keys."""
+    if isinstance(theirs, dict):
+        assert isinstance(ours, dict), path
+        assert set(ours) == set(theirs), (path, set(ours) ^ set(theirs))
+        for k in theirs:
+            if k not in skip:
+                same_shape(ours[k], theirs[k], f"{path}/{k}", skip)
+    elif isinstance(theirs, list):
+        assert isinstance(ours, list) and len(ours) == len(theirs), (path, ours, theirs)
+        for i, (a, b) in enumerate(zip(ours, theirs)):
+            same_shape(a, b, f"{path}/{i}", skip)
+    else:
+        assert ours == theirs, (path, ours, theirs)
+
+
+def test_operations_notify_as_magnum(env):
+    uuid = env.client("create", env.template, json.dumps({"master_count": 1, "node_count": 1}))["uuid"]
+    got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] != "CREATE_IN_PROGRESS")
+    assert got["cluster"]["status"] == "CREATE_COMPLETE", seen
+    ours = wait_for(env, "notifications.info", 2)
+    assert summary(ours) == [("magnum.cluster.create", "INFO", "pending"),
+                             ("magnum.cluster.create", "INFO", "success")]
+    assert drain(env, "notifications.error", settle=0.2) == []
+    pending, success = ours
+    assert success["publisher_id"] == "container-infra.test-host"
+    assert "gAAAAABtoken" not in json.dumps(ours)
+    assert pending["_context_project_id"] == PROJECT and pending["_context_auth_token"] is None
+
+    # Magnum's own messages for the same cluster, as it stands now: pending
+    # with the requester's context (the handler's), success with the admin
+    # context of the status sync (ClusterUpdateJob).
+    env.client("python-notify", uuid, "create", "pending")
+    env.client("python-notify", uuid, "create", "success", "admin")
+    theirs = wait_for(env, "notifications.info", 2)
+    assert summary(theirs) == summary(ours)
+    for mine, magnums in zip(ours, theirs):
+        assert set(mine) == set(magnums), set(mine) ^ set(magnums)
+        for k in magnums:
+            if k.startswith("_context_") and k != "_context_request_id":
+                assert mine[k] == magnums[k], (k, mine[k], magnums[k])
+        # The pending message shows the cluster as it was then; Magnum's
+        # is built now: there only the cluster fields' names must match.
+        now = mine is success
+        same_shape(mine["payload"], magnums["payload"], skip={"id", "eventTime"} | (set() if now else {"content"}))
+        content = [m["payload"]["target"]["attachments"][0]["content"] for m in (mine, magnums)]
+        assert set(content[0]) == set(content[1])
+    data = success["payload"]["target"]["attachments"][0]["content"]
+    assert success["payload"]["target"]["id"] == uuid
+    assert data["status"] == "CREATE_COMPLETE" and data["node_count"] == 1 and len(data["node_addresses"]) == 1
+
+    # Update: pending when accepted, success when the workers are there.
+    env.client("update", uuid, json.dumps({"node_count": 2}))
+    got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] == "UPDATE_COMPLETE")
+    assert summary(wait_for(env, "notifications.info", 2)) == [("magnum.cluster.update", "INFO", "pending"),
+                                                              ("magnum.cluster.update", "INFO", "success")]
+
+    # Delete: pending, then success once the row is gone.
+    env.client("delete", uuid)
+    env.wait(uuid, lambda g: g["cluster"] is None)
+    deleted = wait_for(env, "notifications.info", 2)
+    assert summary(deleted) == [("magnum.cluster.delete", "INFO", "pending"),
+                                ("magnum.cluster.delete", "INFO", "success")]
+    assert drain(env, "notifications.error", settle=0.2) == []
+
+
+def test_failure_is_an_error_notification(env):
+    """CAPO reports a terminal failure (the simulator fails every
+    OpenStackCluster of the project's namespace): the create ends with an
+    ERROR `failure` notification, the delete with INFO as usual."""
+    project = "f00df00df00d4f00bf00df00df00df00"
+    env.sim.create_namespace("magnum-" + project, {"capi-sim/fail-reason": "Quota exceeded for instances: 0 left"})
+    uuid = env.client("create", env.template, json.dumps({"master_count": 1, "node_count": 1}),
+                      project=project)["uuid"]
+    got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] != "CREATE_IN_PROGRESS")
+    assert got["cluster"]["status"] == "CREATE_FAILED", seen
+    assert summary(wait_for(env, "notifications.info", 1)) == [("magnum.cluster.create", "INFO", "pending")]
+    [failure] = wait_for(env, "notifications.error", 1)
+    assert summary([failure]) == [("magnum.cluster.create", "ERROR", "failure")]
+    data = failure["payload"]["target"]["attachments"][0]["content"]
+    assert data["status"] == "CREATE_FAILED" and "Quota exceeded" in data["status_reason"], data
+    env.client("delete", uuid, project=project)
+    env.wait(uuid, lambda g: g["cluster"] is None)
+    assert summary(wait_for(env, "notifications.info", 2)) == [("magnum.cluster.delete", "INFO", "pending"),
+                                                              ("magnum.cluster.delete", "INFO", "success")]
