@@ -4,6 +4,7 @@
     python lifecycle_client.py <conf> create <template uuid> <json overrides>
     python lifecycle_client.py <conf> delete <cluster uuid>
     python lifecycle_client.py <conf> get <cluster uuid>
+    python lifecycle_client.py <conf> serve     (`get` for each JSON uuid line on stdin)
     python lifecycle_client.py <conf> python-create <template uuid> <json overrides>
 
 `template` inserts a ClusterTemplate with Magnum's objects. `create` builds
@@ -171,6 +172,20 @@ def run_python_handler(ctx, cmd, rest, objects):
     return {"ok": True}
 
 
+SERVE_MARK = "@@lifecycle-client@@ "
+
+
+def get(objects, admin, cluster):
+    from magnum.common import exception
+    try:
+        c = objects.Cluster.get_by_uuid(admin, cluster)
+        out = {"cluster": row(c), "nodegroups": [row(n) for n in objects.NodeGroup.list(admin, cluster)]}
+    except exception.ClusterNotFound:
+        out = {"cluster": None, "nodegroups": [row(n) for n in objects.NodeGroup.list(admin, cluster)]}
+    out["x509keypairs"] = len(objects.X509KeyPair.list(admin))
+    return out
+
+
 def main():
     conf, cmd, *rest = sys.argv[1:]
     from magnum.common import context as mctx
@@ -283,14 +298,13 @@ def main():
         api.API(context=ctx).cluster_delete_async(rest[0])
         out = {"uuid": rest[0]}
     elif cmd == "get":
-        from magnum.common import exception
-        try:
-            c = objects.Cluster.get_by_uuid(admin, rest[0])
-            out = {"cluster": row(c),
-                   "nodegroups": [row(n) for n in objects.NodeGroup.list(admin, rest[0])]}
-        except exception.ClusterNotFound:
-            out = {"cluster": None, "nodegroups": [row(n) for n in objects.NodeGroup.list(admin, rest[0])]}
-        out["x509keypairs"] = len(objects.X509KeyPair.list(admin))
+        out = get(objects, admin, rest[0])
+    elif cmd == "serve":
+        # `get` for many clusters from one process (tests poll with it; a
+        # new Python with Magnum imported costs about a second a call).
+        for line in sys.stdin:
+            print(SERVE_MARK + json.dumps(get(objects, admin, json.loads(line)), default=str), flush=True)
+        return
     else:
         raise SystemExit(f"unknown command {cmd}")
     print(json.dumps(out, default=str))

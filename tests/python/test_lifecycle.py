@@ -118,6 +118,7 @@ class Env:
         uses (e.g. through a proxy); the clients always use the real one."""
         self.tmp = tmp
         self.client_env = client_env or {}
+        self.getter = None
         self.sim = Sim(tmp, line, tick_ms)
         self.vhost = new_vhost("life")
         self.conf = str(tmp / "conductor.conf")
@@ -139,6 +140,8 @@ class Env:
         self.conductor = Conductor(self.conf, self.port, str(self.tmp / "conductor.log"), env=env)
 
     def client(self, *args, project=PROJECT):
+        if args[0] == "get":
+            return self.get(args[1])
         p = subprocess.run([sys.executable, os.path.join(HERE, "lifecycle_client.py"), self.client_conf, *args],
                            capture_output=True, text=True, timeout=180,
                            env=dict(os.environ, MC_PROJECT=project, **self.client_env))
@@ -147,6 +150,23 @@ class Env:
             log.write_text(p.stdout + p.stderr)
             raise AssertionError(f"lifecycle_client {args[0]} failed; see {log}")
         return json.loads(p.stdout.strip().splitlines()[-1])
+
+    def get(self, cluster):
+        """`lifecycle_client get`, from one long-lived client process."""
+        if self.getter is None or self.getter.poll() is not None:
+            self.getter_log = open(self.tmp / "getter.log", "a")
+            self.getter = subprocess.Popen([sys.executable, os.path.join(HERE, "lifecycle_client.py"),
+                                            self.client_conf, "serve"], stdin=subprocess.PIPE,
+                                           stdout=subprocess.PIPE, stderr=self.getter_log, text=True)
+        self.getter.stdin.write(json.dumps(cluster) + "\n")
+        self.getter.stdin.flush()
+        while True:
+            line = self.getter.stdout.readline()
+            if not line:
+                raise AssertionError(f"lifecycle_client serve exited; see {self.tmp}/getter.log")
+            if line.startswith("@@lifecycle-client@@ "):
+                return json.loads(line.split(" ", 1)[1])
+            self.getter_log.write(line)
 
     def certs(self, *args):
         p = subprocess.run([sys.executable, os.path.join(HERE, "cert_client.py"), self.client_conf, *args],
@@ -169,6 +189,9 @@ class Env:
         raise AssertionError(f"timed out; statuses seen: {seen}; see {self.conductor.log.name}")
 
     def close(self):
+        if self.getter is not None and self.getter.poll() is None:
+            self.getter.stdin.close()
+            self.getter.wait(10)
         assert self.conductor.stop() == 0
         self.sim.stop()
         rabbitmqctl("delete_vhost", self.vhost)
