@@ -39,8 +39,8 @@ macro_rules! m {
 
 /// Every endpoint method of Magnum 23's conductor, in endpoint order,
 /// plus oslo's optional `oslo_rpc_server_ping` (see [`PING_METHOD`]), and
-/// `object_backport_versions` (oslo.versionedobjects' newer backport call,
-/// which Magnum's conductor lacks).
+/// `object_backport`, which Magnum 20-22's magnum-api sends (23 replaced
+/// it with `object_backport_versions` on both sides).
 pub static METHODS: &[MethodSpec] = &[
     m!(
         "object_class_action_versions",
@@ -68,9 +68,10 @@ pub static METHODS: &[MethodSpec] = &[
         [("objinst", true), ("object_versions", true)],
         Call
     ),
-    // What magnum-api actually sends: `MagnumObjectIndirectionAPI` has no
+    // Magnum 20-22's magnum-api: its `MagnumObjectIndirectionAPI` has no
     // `object_backport_versions`, so oslo.versionedobjects falls back to
-    // this one, with the caller's class version.
+    // this one, with the caller's class version (a 22.x API reading a
+    // newer object from a 23.x conductor).
     m!(
         "object_backport",
         [("objinst", true), ("target_version", true)],
@@ -555,8 +556,7 @@ mod tests {
     #[test]
     fn twenty_methods_with_ping() {
         // Magnum 23's 19 conductor endpoint methods and oslo's ping are 20;
-        // plus `object_backport_versions`, which oslo.versionedobjects
-        // defines and Magnum's conductor lacks (its magnum-api never sends it).
+        // plus `object_backport`, what Magnum 20-22's magnum-api sends.
         assert_eq!(METHODS.len() + 1, 21);
         assert!(METHODS.iter().any(|m| m.name == "object_backport"));
     }

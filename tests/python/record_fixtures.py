@@ -2,7 +2,8 @@
 every conductor method into tests/fixtures/rpc/*.json.
 
 Run from the repository root with the venv's python (RabbitMQ running):
-    $MAGNUM_VENV/bin/python tests/python/record_fixtures.py
+    $MAGNUM_VENV/bin/python tests/python/record_fixtures.py [NAME ...]
+With names, only those fixtures are (re)written; the others keep their bytes.
 No conductor runs: the recorder declares the conductor's queues itself,
 lets the client publish (calls time out after 1 s), then reads the raw
 messages back with basic.get, properties and body untouched.
@@ -58,7 +59,10 @@ def main():
         sent = exercise(drain)
     rabbitmqctl("delete_vhost", vhost)
     count = 0
+    only = set(sys.argv[1:])
     for name, method, kind in sent:
+        if only and name not in only:
+            continue
         items = [r for r in recorded.get(method, []) if r["kind"] == kind and r["name"] is None]
         if not items:
             raise SystemExit(f"no message recorded for {name}")
@@ -173,6 +177,10 @@ def exercise(drain):
     call("object_action_call", "object_action", lambda: a.object_action(ctx, existing, "save", (), {}))
     call("object_backport_versions_call", "object_backport_versions",
          lambda: a.object_backport_versions(ctx, ng, {"NodeGroup": "1.1"}))
+    # Magnum 20-22's magnum-api backports with `object_backport` (23 replaced it with
+    # object_backport_versions); sent exactly as 22.0.0's `API.object_backport` does.
+    call("object_backport_call", "object_backport",
+         lambda: a._client.call(ctx, "object_backport", objinst=ng, target_version="1.1"))
     return sent
 
 

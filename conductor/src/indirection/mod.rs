@@ -1,5 +1,6 @@
 //! The object-indirection API (`object_class_action_versions`,
-//! `object_action`, `object_backport_versions`).
+//! `object_action`, `object_backport_versions`, and Magnum 20-22's
+//! `object_backport`).
 //!
 //! magnum-api run as its console script (`magnum/cmd/api.py`) sets
 //! `MagnumObject.indirection_api`: every remotable method of Magnum's
