@@ -14,17 +14,8 @@ use rpc_schema::ovo::{self, MagnumObject};
 use rpc_schema::{Outcome, RemoteFailure, RequestContext};
 use serde_json::{Map, Value, json};
 
-/// Statuses from which Magnum lets a CA rotation start.
-const ROTATE_FROM: &[&str] = &[
-    "CREATE_COMPLETE",
-    "UPDATE_COMPLETE",
-    "RESUME_COMPLETE",
-    "RESTORE_COMPLETE",
-    "ROLLBACK_COMPLETE",
-    "SNAPSHOT_COMPLETE",
-    "CHECK_COMPLETE",
-    "ADOPT_COMPLETE",
-];
+/// Statuses from which Magnum lets a CA rotation start: its "completed" group.
+const ROTATE_FROM: &[&str] = crate::lifecycle::plan::COMPLETED;
 
 fn kw(pairs: &[(&str, &str)]) -> Map<String, Value> {
     pairs

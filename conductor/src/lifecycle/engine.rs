@@ -218,6 +218,25 @@ impl Engine {
         repo::get(&self.0.db, &CLUSTER, &Scope::admin(), uuid).await
     }
 
+    /// The cluster row, once Magnum's status rule for `op` lets the
+    /// operation start (`nodegroup_status`: the group's own, for node-group
+    /// operations); else the Magnum-shaped refusal.
+    pub(super) async fn cluster_allowing(
+        &self,
+        uuid: &str,
+        op: plan::Checked,
+        nodegroup_status: Option<&str>,
+    ) -> Result<MagnumObject, StepError> {
+        let row = self.cluster(uuid).await?;
+        plan::check_status(
+            op,
+            row.get_str("status").unwrap_or_default(),
+            nodegroup_status,
+        )
+        .map_err(StepError::Refused)?;
+        Ok(row)
+    }
+
     pub(super) async fn template(&self, cluster: &MagnumObject) -> Result<MagnumObject, DbError> {
         let id = cluster.get_str("cluster_template_id").unwrap_or_default();
         repo::get(&self.0.db, &CLUSTER_TEMPLATE, &Scope::admin(), id).await

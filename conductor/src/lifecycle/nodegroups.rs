@@ -28,7 +28,7 @@ use rpc_schema::{Outcome, RemoteFailure};
 use serde_json::{Value, json};
 
 use super::engine::{Engine, Parts, capi_apiversion, dynamic_api};
-use super::plan::{self, Checked};
+use super::plan::Checked;
 use super::rows;
 use super::runner::{OnFailure, Op, Run, StepError};
 use crate::capi::naming;
@@ -69,13 +69,13 @@ impl Engine {
         nodegroup: &MagnumObject,
     ) -> Result<Value, StepError> {
         let uuid = run.uuid.clone();
-        let row = self.cluster(&uuid).await?;
-        plan::check_status(
-            Checked::Nodegroup("nodegroup_create"),
-            row.get_str("status").unwrap_or_default(),
-            nodegroup.get_str("status"),
-        )
-        .map_err(StepError::Refused)?;
+        let row = self
+            .cluster_allowing(
+                &uuid,
+                Checked::Nodegroup("nodegroup_create"),
+                nodegroup.get_str("status"),
+            )
+            .await?;
         if nodegroup.get_str("role") == Some("master") {
             return Err(StepError::Refused(RemoteFailure::magnum(
                 "CreateMasterNodeGroup",
@@ -146,13 +146,13 @@ impl Engine {
         nodegroup: &MagnumObject,
     ) -> Result<Value, StepError> {
         let uuid = run.uuid.clone();
-        let row = self.cluster(&uuid).await?;
-        plan::check_status(
-            Checked::Nodegroup("nodegroup_update"),
-            row.get_str("status").unwrap_or_default(),
-            nodegroup.get_str("status"),
-        )
-        .map_err(StepError::Refused)?;
+        let row = self
+            .cluster_allowing(
+                &uuid,
+                Checked::Nodegroup("nodegroup_update"),
+                nodegroup.get_str("status"),
+            )
+            .await?;
         let ng_uuid = nodegroup.get_str("uuid").unwrap_or_default().to_string();
         self.save_cluster(&uuid, &[("status", json!("UPDATE_IN_PROGRESS"))])
             .await?;

@@ -89,13 +89,7 @@ impl Engine {
         nodegroup: &MagnumObject,
     ) -> Result<Value, StepError> {
         let uuid = run.uuid.clone();
-        let row = self.cluster(&uuid).await?;
-        plan::check_status(
-            Checked::Upgrade,
-            row.get_str("status").unwrap_or_default(),
-            None,
-        )
-        .map_err(StepError::Refused)?;
+        let row = self.cluster_allowing(&uuid, Checked::Upgrade, None).await?;
         let current = self.template(&row).await?;
         let new_id = new_template.get_str("uuid").unwrap_or_default();
         let new = repo::get(&self.0.db, &CLUSTER_TEMPLATE, &Scope::admin(), new_id)
