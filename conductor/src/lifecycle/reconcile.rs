@@ -244,13 +244,18 @@ impl Engine {
             observed.cluster.is_some(),
             &autoscaled,
         );
+        // Nodegroups first, the cluster last (see [`sync::RowChanges::writes`]).
         let mut moved = false;
-        if !ch.cluster.is_empty() {
-            let (_, changed) = self.save_cluster_changed(&uuid, &ch.cluster).await?;
-            moved = changed.iter().any(|c| c == "status");
-        }
-        for (ng, c) in &ch.nodegroups {
-            self.save_nodegroup(ng, c).await?;
+        for w in ch.writes() {
+            match w {
+                sync::RowWrite::Nodegroup(ng, c) => {
+                    self.save_nodegroup(ng, c).await?;
+                }
+                sync::RowWrite::Cluster(c) => {
+                    let (_, changed) = self.save_cluster_changed(&uuid, c).await?;
+                    moved = changed.iter().any(|c| c == "status");
+                }
+            }
         }
         // Magnum's status sync notifies an operation's end (this conductor's
         // UPDATE made the change: once, whichever conductor wins).

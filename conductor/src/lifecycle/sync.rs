@@ -43,9 +43,29 @@ pub struct RowChanges {
     pub nodegroups: Vec<(String, Changes)>,
 }
 
+/// One row write of a [`RowChanges`].
+#[derive(Debug, PartialEq)]
+pub enum RowWrite<'a> {
+    Nodegroup(&'a str, &'a Changes),
+    Cluster(&'a Changes),
+}
+
 impl RowChanges {
     pub fn is_empty(&self) -> bool {
         self.cluster.is_empty() && self.nodegroups.is_empty()
+    }
+
+    /// The writes, in the order they must reach the database: nodegroups
+    /// first, the cluster last. magnum-api (and `openstack coe cluster
+    /// show`) reads the cluster row, then its nodegroups: once the cluster
+    /// says `*_COMPLETE`, its groups must already carry their status and
+    /// every address. (Written the other way round, a CI poll saw
+    /// UPDATE_COMPLETE with 2 of 3 control-plane addresses.)
+    pub fn writes(&self) -> impl Iterator<Item = RowWrite<'_>> {
+        self.nodegroups
+            .iter()
+            .map(|(u, c)| RowWrite::Nodegroup(u, c))
+            .chain((!self.cluster.is_empty()).then_some(RowWrite::Cluster(&self.cluster)))
     }
 }
 
@@ -210,6 +230,32 @@ mod tests {
                 ng("default-worker", "worker"),
             ],
         )
+    }
+
+    #[test]
+    fn the_cluster_row_is_written_after_its_groups() {
+        let (c, ngs) = rows("UPDATE_IN_PROGRESS");
+        let done = changes(&c, &ngs, &view("UPDATE_COMPLETE"), true, &[]);
+        let order: Vec<&str> = done
+            .writes()
+            .map(|w| match w {
+                RowWrite::Nodegroup(u, _) => u,
+                RowWrite::Cluster(_) => "cluster",
+            })
+            .collect();
+        assert_eq!(
+            order,
+            ["default-master-uuid", "default-worker-uuid", "cluster"]
+        );
+        assert!(
+            matches!(done.writes().last(), Some(RowWrite::Cluster(ch)) if ch.contains(&("status", json!("UPDATE_COMPLETE"))))
+        );
+        // Nothing for the cluster: no empty write.
+        let only_groups = RowChanges {
+            cluster: Vec::new(),
+            nodegroups: done.nodegroups.clone(),
+        };
+        assert_eq!(only_groups.writes().count(), 2);
     }
 
     #[test]
