@@ -10,12 +10,20 @@ export CARGO_TERM_COLOR=never
 
 echo "== cargo fmt"
 cargo fmt --all -- --check
-echo "== cargo clippy"
+echo "== cargo clippy (as released, and with the crash points)"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
-echo "== cargo build"
-cargo build --workspace --quiet
+cargo clippy --workspace --all-targets --quiet --features conductor/failpoints -- -D warnings
+echo "== no crash-point code in a build without the failpoints feature"
+cargo build -p conductor --bin magnum-conductor --quiet
+if grep -a -q -e MAGNUM_CONDUCTOR_FAILPOINT -e "failpoint reached" target/debug/magnum-conductor; then
+  echo "crash-point code found in a build without the failpoints feature" >&2
+  exit 1
+fi
+echo "== cargo build (with the crash points the restart tests use)"
+cargo build --workspace --quiet --features conductor/failpoints
+grep -a -q MAGNUM_CONDUCTOR_FAILPOINT target/debug/magnum-conductor
 echo "== cargo test (unit + integration, real RabbitMQ)"
-MAGNUM_VENV="$MAGNUM_VENV" cargo test --workspace --quiet 2>&1 | tee /tmp/mc-cargo-test.log
+MAGNUM_VENV="$MAGNUM_VENV" cargo test --workspace --quiet --features conductor/failpoints 2>&1 | tee /tmp/mc-cargo-test.log
 echo "== magnum-api driver package (Magnum 23.0.0 and 22.0.0, installed as operators do)"
 for api_venv in "$MAGNUM_API_VENV" "$MAGNUM22_API_VENV"; do
   "$api_venv/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q deploy/magnum-driver/tests

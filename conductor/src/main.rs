@@ -176,6 +176,7 @@ async fn start_lifecycle(
     db: &Db,
     metrics: &Metrics,
     notifier: &conductor::notify::Notifier,
+    server_id: &str,
 ) -> Result<Option<conductor::lifecycle::Engine>, ExitCode> {
     let required = cfg.capi.kubeconfig.is_some();
     let connected = async {
@@ -218,6 +219,14 @@ async fn start_lifecycle(
             credentials,
             metrics: metrics.clone(),
             notifier: notifier.clone(),
+            // Who holds a Lease, as `kubectl get lease` shows it.
+            identity: format!(
+                "{}-{server_id}",
+                cfg.default
+                    .host
+                    .clone()
+                    .unwrap_or_else(|| "conductor".into())
+            ),
         })
         .await,
     ))
@@ -268,10 +277,11 @@ async fn run(cfg: Config) -> ExitCode {
     let publisher = conductor::server::publisher_channel();
     let notifier =
         conductor::notify::Notifier::from_config(&cfg, publisher.1.clone(), metrics.clone());
-    let lifecycle = match start_lifecycle(&cfg, &database, &metrics, &notifier).await {
+    let lifecycle = match start_lifecycle(&cfg, &database, &metrics, &notifier, &server_id).await {
         Ok(l) => l,
         Err(code) => return code,
     };
+    let engine = lifecycle.clone();
     let server = RpcServer::with_publisher(
         cfg.clone(),
         server_id,
@@ -286,6 +296,9 @@ async fn run(cfg: Config) -> ExitCode {
         publisher,
     );
     server.run(shutdown_signal()).await;
+    if let Some(e) = engine {
+        e.step_down().await;
+    }
     heartbeat.abort();
     database.pool.close().await;
     tracing::info!("magnum-conductor stopped");

@@ -49,6 +49,16 @@ pub struct Metrics {
     pub watch_events: IntCounterVec,
     /// Watch errors (the watch retries with backoff), by kind.
     pub watch_errors: IntCounterVec,
+    /// 1 while this process is the status leader.
+    pub leader: IntGauge,
+    /// Operations that could not have their cluster's Lease in time, by operation.
+    pub lease_busy: IntCounterVec,
+    /// Cluster Leases taken over from a conductor that stopped renewing them.
+    pub lease_takeovers: IntCounter,
+    /// Status passes put off because the cluster was busy here or elsewhere.
+    pub status_deferred: IntCounter,
+    /// Times the status-kick queue was full (the worker then does a full pass).
+    pub kick_overflows: IntCounter,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> T {
@@ -223,6 +233,43 @@ impl Metrics {
                     "Management-cluster watch errors, by kind.",
                     &["kind"],
                 ),
+            ),
+            leader: reg(
+                &registry,
+                IntGauge::new("leader", "1 while this conductor is the status leader.")
+                    .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            lease_busy: reg(
+                &registry,
+                counter_vec(
+                    "lease_busy_total",
+                    "Operations that could not have their cluster's Lease in time (requeued or refused).",
+                    &["operation"],
+                ),
+            ),
+            lease_takeovers: reg(
+                &registry,
+                IntCounter::new(
+                    "lease_takeovers_total",
+                    "Cluster Leases taken over from a conductor that stopped renewing them.",
+                )
+                .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            status_deferred: reg(
+                &registry,
+                IntCounter::new(
+                    "status_deferred_total",
+                    "Status passes put off because an operation held the cluster.",
+                )
+                .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            kick_overflows: reg(
+                &registry,
+                IntCounter::new(
+                    "kick_queue_overflows_total",
+                    "Times the status-kick queue was full (a full pass follows; nothing is lost).",
+                )
+                .unwrap_or_else(|_| unreachable_metric()),
             ),
             registry,
         };

@@ -131,7 +131,7 @@ class ApiEnv:
         self.conductor_conf = str(tmp / "conductor.conf")
         write_conf(self.conductor_conf, self.vhost, db_url=self.db_url,
                    extra=(f"[metrics]\nlisten = 127.0.0.1:{self.metrics_port}\n"
-                          f"[capi]\nkubeconfig = {self.sim.kubeconfig}\nos_distros = ubuntu,rockylinux\n"
+                          f"[capi]\nkubeconfig = {self.sim.kubeconfig}\nlease_duration = 5\nos_distros = ubuntu,rockylinux\n"
                           f"[keystone_auth]\n{auth}"))
         self.conductor = Conductor(self.conductor_conf, self.metrics_port, str(tmp / "conductor.log"))
         self.api = self.start_api()

@@ -128,7 +128,7 @@ class Env:
         for path, url in ((self.conf, conductor_db(db_url) if conductor_db else db_url), (self.client_conf, db_url)):
             write_conf(path, self.vhost, db_url=url,
                        extra=(f"[metrics]\nlisten = 127.0.0.1:{port}\n"
-                              f"[capi]\nkubeconfig = {self.sim.kubeconfig}\n{credentials}{extra}"))
+                              f"[capi]\nkubeconfig = {self.sim.kubeconfig}\nlease_duration = 5\n{credentials}{extra}"))
         self.conductor = Conductor(self.conf, port, str(tmp / "conductor.log"))
         self.template = self.client("template", json.dumps(TEMPLATE))["uuid"]
 

@@ -233,6 +233,14 @@ pub struct CapiOpts {
     /// same option the magnum-api driver hook reads from the same
     /// magnum.conf, so API and conductor agree on what is served).
     pub os_distros: Vec<String>,
+    /// Several conductors coordinate through Leases in the management
+    /// cluster (false: a lone conductor, no Lease traffic).
+    pub ha_leases: bool,
+    /// Namespace of the conductors' Leases (created if missing).
+    pub lease_namespace: String,
+    /// Seconds a Lease lives without renewal (a dead conductor's work is
+    /// taken over after this long).
+    pub lease_duration: u64,
 }
 
 /// Default of `[capi] os_distros`: images built by image-builder for
@@ -414,6 +422,9 @@ const KNOWN: &[(&str, &[&str])] = &[
             "update_timeout",
             "autoscaler_image",
             "os_distros",
+            "ha_leases",
+            "lease_namespace",
+            "lease_duration",
         ],
     ),
 ];
@@ -969,6 +980,9 @@ impl Config {
                 "registry.k8s.io/autoscaling/cluster-autoscaler",
             ),
             os_distros: cp.list("os_distros", DEFAULT_OS_DISTROS),
+            ha_leases: cp.boolean("ha_leases", true)?,
+            lease_namespace: cp.string("lease_namespace", "magnum-system"),
+            lease_duration: cp.int("lease_duration", 15, Some(5), Some(600))? as u64,
         };
         let ka = Group {
             layered,

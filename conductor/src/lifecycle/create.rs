@@ -61,6 +61,9 @@ impl Engine {
             ));
         };
         let mut run = Run::begin(self, Op::Create, &uuid, Some(ctx), Some(durable)).await;
+        if let Some(e) = run.blocked() {
+            return run.finish(Err(e)).await;
+        }
         let result = async {
             if !self
                 .insert_rows(&cast, master_count, node_count, create_timeout)

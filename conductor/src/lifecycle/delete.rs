@@ -42,6 +42,9 @@ impl Engine {
         };
         let uuid = cluster.get_str("uuid").unwrap_or(uuid).to_string();
         let mut run = Run::begin(self, Op::Delete, &uuid, Some(ctx), Some(durable)).await;
+        if let Some(e) = run.blocked() {
+            return run.finish(Err(e)).await;
+        }
         run.on_failure(OnFailure::Cluster {
             status: "DELETE_FAILED",
             reason: true,

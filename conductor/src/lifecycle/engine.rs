@@ -21,7 +21,6 @@ use common::db::{Db, DbError};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use rpc_schema::ovo::{self, MagnumObject};
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 use super::credentials::Credentials;
 use super::plan::{self, Batch, Desired};
@@ -50,7 +49,8 @@ pub(super) struct Inner {
     /// [`super::rows::served_distros`]).
     pub(super) served_distros: Vec<String>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    pub(super) kicks: mpsc::UnboundedSender<Kick>,
+    pub(super) leases: super::lease::Leases,
+    pub(super) kicks: super::watch::Kicks,
     /// Per cluster in an update: its last progress fingerprint and when it
     /// changed (the "no progress" timeout).
     pub(super) progress: Mutex<HashMap<String, (u64, Instant)>>,
@@ -66,6 +66,8 @@ pub struct Services {
     pub credentials: Credentials,
     pub metrics: Metrics,
     pub notifier: crate::notify::Notifier,
+    /// This process's name on the Leases it holds.
+    pub identity: String,
 }
 
 /// The lifecycle engine: cloned into the RPC handlers.
@@ -145,7 +147,10 @@ pub(super) async fn destroy_if_present(
 impl Engine {
     /// Start the watches, the status worker and the startup resume.
     pub async fn start(s: Services) -> Engine {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = super::watch::Kicks::channel(
+            super::watch::KICK_QUEUE,
+            s.metrics.kick_overflows.clone(),
+        );
         let (served_distros, ignition) = super::rows::served_distros(&s.capi.os_distros);
         if !ignition.is_empty() {
             tracing::warn!(
@@ -154,6 +159,13 @@ impl Engine {
             );
         }
         let watches = Watches::spawn(s.client.clone(), s.line, tx.clone(), s.metrics.clone());
+        let leases = super::lease::Leases::new(
+            s.client.clone(),
+            &s.capi.lease_namespace,
+            &s.identity,
+            Duration::from_secs(s.capi.lease_duration),
+            s.capi.ha_leases,
+        );
         let engine = Engine(Arc::new(Inner {
             db: s.db,
             x509: s.x509,
@@ -167,12 +179,12 @@ impl Engine {
             notifier: s.notifier,
             served_distros,
             locks: Mutex::new(HashMap::new()),
+            leases,
             kicks: tx,
             progress: Mutex::new(HashMap::new()),
         }));
         tokio::spawn(engine.clone().status_worker(rx));
-        let e = engine.clone();
-        tokio::spawn(async move { e.resume().await });
+        tokio::spawn(engine.clone().lead());
         let e = engine.clone();
         tokio::spawn(async move { e.resync_loop().await });
         engine
@@ -201,7 +213,7 @@ impl Engine {
             Some(s) => Kick::Cluster(self.namespace_of(cluster), s.to_string()),
             None => Kick::Uuid(cluster.get_str("uuid").unwrap_or_default().to_string()),
         };
-        let _ = self.0.kicks.send(kick);
+        self.0.kicks.send(kick);
     }
 
     /// What the watch caches hold for this cluster.

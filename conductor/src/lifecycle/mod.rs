@@ -26,6 +26,8 @@ pub mod credentials;
 pub mod delete;
 pub mod engine;
 pub mod keystone;
+pub mod leader;
+pub mod lease;
 pub mod nodegroups;
 pub mod plan;
 pub mod reconcile;

@@ -59,6 +59,9 @@ impl Engine {
     ) -> Outcome {
         let uuid = cluster.get_str("uuid").unwrap_or_default().to_string();
         let mut run = Run::begin(self, Op::NodegroupCreate, &uuid, Some(ctx), Some(durable)).await;
+        if let Some(e) = run.blocked() {
+            return run.finish(Err(e)).await;
+        }
         let result = self.nodegroup_create_steps(&mut run, nodegroup).await;
         run.finish(result).await
     }
@@ -136,6 +139,9 @@ impl Engine {
     ) -> Outcome {
         let uuid = cluster.get_str("uuid").unwrap_or_default().to_string();
         let mut run = Run::begin(self, Op::NodegroupUpdate, &uuid, Some(ctx), Some(durable)).await;
+        if let Some(e) = run.blocked() {
+            return run.finish(Err(e)).await;
+        }
         let result = self.nodegroup_update_steps(&mut run, nodegroup).await;
         run.finish(result).await
     }
@@ -189,6 +195,9 @@ impl Engine {
     ) -> Outcome {
         let uuid = cluster.get_str("uuid").unwrap_or_default().to_string();
         let mut run = Run::begin(self, Op::NodegroupDelete, &uuid, Some(ctx), Some(durable)).await;
+        if let Some(e) = run.blocked() {
+            return run.finish(Err(e)).await;
+        }
         let result = self.nodegroup_delete_steps(&mut run, nodegroup).await;
         run.finish(result).await
     }

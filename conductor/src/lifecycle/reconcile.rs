@@ -24,7 +24,6 @@ use common::db::DbError;
 use common::db::model::{CLUSTER, NODEGROUP, SqlValue};
 use common::db::repo::{self, Scope};
 use rpc_schema::ovo::MagnumObject;
-use tokio::sync::mpsc;
 
 use super::engine::{Engine, age, destroy_if_present};
 use super::plan::{self, Repair};
@@ -56,14 +55,21 @@ fn loose_targets(ngs: &[MagnumObject]) -> Targets {
 }
 
 impl Engine {
-    pub(super) async fn status_worker(self, mut rx: mpsc::UnboundedReceiver<Kick>) {
+    pub(super) async fn status_worker(self, mut rx: super::watch::KickQueue) {
         self.0.watches.wait_ready().await;
         tracing::info!("management cluster caches synced");
         while let Some(first) = rx.recv().await {
             // Coalesce a burst of events into one pass per cluster.
             let mut batch: HashSet<Kick> = HashSet::from([first]);
-            while let Ok(k) = rx.try_recv() {
+            while let Some(k) = rx.try_recv() {
                 batch.insert(k);
+            }
+            if rx.take_overflow() {
+                batch.insert(Kick::All);
+            }
+            if !self.0.leases.is_leader() {
+                // Another conductor writes statuses (see super::lease).
+                continue;
             }
             if batch.contains(&Kick::All) {
                 batch = self.all_in_progress().await;
@@ -75,7 +81,7 @@ impl Engine {
                     let kicks = self.0.kicks.clone();
                     tokio::spawn(async move {
                         tokio::time::sleep(RETRY).await;
-                        let _ = kicks.send(k);
+                        kicks.send(k);
                     });
                 }
             }
@@ -131,13 +137,55 @@ impl Engine {
             return Ok(());
         };
         let uuid = found.get_str("uuid").unwrap_or_default().to_string();
+        // An operation running here holds the cluster: look again once it
+        // is done (the status worker does not wait: other clusters queue
+        // behind it).
         let lock = self.lock(&uuid);
-        let _held = lock.lock().await;
+        let Ok(_held) = lock.try_lock() else {
+            self.defer(k);
+            return Ok(());
+        };
         // Re-read under the lock: an operation may have just changed it.
-        let cluster = match self.cluster(&uuid).await {
+        let mut cluster = match self.cluster(&uuid).await {
             Ok(c) => c,
             Err(DbError::Magnum { .. }) => return Ok(()),
             Err(e) => return Err(e.into()),
+        };
+        // A status pass that may move an operation's rows holds the
+        // cluster's Lease too: no operation on another conductor runs
+        // between its read and its writes. (Passes over clusters at rest
+        // write only health, addresses and autoscaled counts, which no
+        // operation writes: they need none.)
+        let in_operation = {
+            let s = cluster.get_str("status").unwrap_or_default();
+            sync::operation(s).is_some() || s == "DELETE_COMPLETE"
+        };
+        let _lease = if in_operation {
+            match self
+                .0
+                .leases
+                .try_acquire_if_free(&super::lease::cluster_lease(&uuid))
+                .await
+            {
+                Ok(h) => {
+                    cluster = match self.cluster(&uuid).await {
+                        Ok(c) => c,
+                        Err(DbError::Magnum { .. }) => return Ok(()),
+                        Err(e) => return Err(e.into()),
+                    };
+                    Some(h)
+                }
+                Err(super::lease::LeaseError::Held(holder)) => {
+                    tracing::debug!(cluster = %uuid, %holder, "cluster busy; status pass deferred");
+                    self.defer(k);
+                    return Ok(());
+                }
+                Err(super::lease::LeaseError::Api(e)) => {
+                    return Err(StepError::Mgmt(crate::mgmt::MgmtError::Api(e)));
+                }
+            }
+        } else {
+            None
         };
         let mut ngs = self.nodegroups(&uuid).await?;
         let status_now = cluster.get_str("status").unwrap_or_default().to_string();
@@ -285,6 +333,17 @@ impl Engine {
         Ok(())
     }
 
+    /// Look at this cluster again in a second (it was busy).
+    fn defer(&self, k: &Kick) {
+        self.0.metrics.status_deferred.inc();
+        let kicks = self.0.kicks.clone();
+        let k = k.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            kicks.send(k);
+        });
+    }
+
     /// Apply what drifted (see [`plan::drift`]).
     async fn repair(
         &self,
@@ -320,7 +379,7 @@ impl Engine {
         let every = Duration::from_secs(self.0.capi.resync_interval.max(30));
         loop {
             tokio::time::sleep(every).await;
-            let _ = self.0.kicks.send(Kick::All);
+            self.0.kicks.send(Kick::All);
         }
     }
 }

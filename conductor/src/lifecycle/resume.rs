@@ -67,6 +67,12 @@ impl Engine {
         match c.get_str("status").unwrap_or_default() {
             "CREATE_IN_PROGRESS" => {
                 let mut run = Run::begin(self, Op::Create, &uuid, None, None).await;
+                if let Some(e) = run.blocked() {
+                    // A live conductor holds the cluster: it is driving it
+                    // (if it dies, its Lease expires and the leader resumes).
+                    tracing::info!(cluster = %uuid, reason = %e, "not resumed here");
+                    return;
+                }
                 match self.rows_recorded(c).await {
                     Ok(RowsRecorded::Yes) => {
                         run.on_failure(OnFailure::Cluster {
@@ -103,7 +109,11 @@ impl Engine {
                 }
             }
             "DELETE_IN_PROGRESS" => {
-                let _run = Run::begin(self, Op::Delete, &uuid, None, None).await;
+                let mut run = Run::begin(self, Op::Delete, &uuid, None, None).await;
+                if let Some(e) = run.blocked() {
+                    tracing::info!(cluster = %uuid, reason = %e, "not resumed here");
+                    return;
+                }
                 if let Err(e) = self.delete_capi_cluster(c).await {
                     tracing::warn!(cluster = %uuid, error = %e, "cannot delete the CAPI cluster; will retry at the next resync");
                 }

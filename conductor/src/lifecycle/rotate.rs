@@ -42,7 +42,10 @@ impl Engine {
         durable: &mut DurableSignal,
     ) -> Outcome {
         let uuid = cluster.get_str("uuid").unwrap_or_default().to_string();
-        let run = Run::begin(self, Op::CredentialRotate, &uuid, Some(ctx), Some(durable)).await;
+        let mut run = Run::begin(self, Op::CredentialRotate, &uuid, Some(ctx), Some(durable)).await;
+        if let Some(e) = run.blocked() {
+            return run.finish(Err(e)).await;
+        }
         let result = self.rotate_steps(&uuid, ctx).await;
         run.finish(result).await
     }

@@ -51,6 +51,11 @@ pub enum StepError {
     Credentials(#[from] CredentialError),
     #[error("{0}")]
     Certificates(String),
+    /// The cluster's Lease could not be had in time (another conductor is
+    /// changing it, or the management cluster did not answer): nothing
+    /// was done.
+    #[error("cluster {cluster} cannot be changed now: {why}; try again")]
+    Busy { cluster: String, why: String },
 }
 
 impl From<kube::Error> for StepError {
@@ -73,6 +78,11 @@ impl StepError {
             StepError::Invalid(m) | StepError::Certificates(m) => {
                 RemoteFailure::invalid_parameter(m)
             }
+            StepError::Busy { .. } => RemoteFailure::magnum_with_message(
+                "Conflict",
+                &self.to_string(),
+                serde_json::Map::new(),
+            ),
             other => RemoteFailure::magnum_with_message(
                 "MagnumException",
                 &other.to_string(),
@@ -179,13 +189,22 @@ pub(super) struct Run<'a> {
     /// The request's context (None: a resume or the status worker).
     ctx: Option<rpc_schema::RequestContext>,
     durable: Option<&'a mut DurableSignal>,
-    _held: tokio::sync::OwnedMutexGuard<()>,
+    /// The cluster's Lease (held across conductors), then this process's lock.
+    _lease: Option<super::lease::Held>,
+    _held: Option<tokio::sync::OwnedMutexGuard<()>>,
+    /// Why the run may not go ahead (see [`Run::begin`]).
+    blocked: Option<StepError>,
     on_failure: Vec<OnFailure>,
 }
 
 impl<'a> Run<'a> {
-    /// Take the cluster's lock (waiting for a running operation or status
-    /// pass to end) and start.
+    /// Take the cluster's Lease (waiting for another conductor's operation
+    /// or status pass on it to end, or for a dead conductor's Lease to
+    /// expire: up to twice its duration), then this process's lock. A
+    /// request (`ctx`) waits; a resume (`ctx` None) only tries: a live
+    /// conductor holding the Lease is driving the cluster already.
+    /// When the Lease cannot be had, [`Run::blocked`] says so and nothing
+    /// may be done.
     pub(super) async fn begin(
         engine: &Engine,
         op: Op,
@@ -193,16 +212,56 @@ impl<'a> Run<'a> {
         ctx: Option<&rpc_schema::RequestContext>,
         durable: Option<&'a mut DurableSignal>,
     ) -> Run<'a> {
-        let held = engine.lock(uuid).lock_owned().await;
-        Run {
+        let leases = &engine.0.leases;
+        let name = super::lease::cluster_lease(uuid);
+        let got = if ctx.is_some() {
+            leases
+                .acquire(&name, leases.duration() * 2 + Duration::from_secs(5))
+                .await
+        } else {
+            leases.try_acquire(&name).await
+        };
+        let mut run = Run {
             engine: engine.clone(),
             op,
             uuid: uuid.to_string(),
             ctx: ctx.cloned(),
             durable,
-            _held: held,
+            _lease: None,
+            _held: None,
+            blocked: None,
             on_failure: Vec::new(),
+        };
+        match got {
+            Ok(h) => {
+                run._lease = Some(h);
+                run._held = Some(engine.lock(uuid).lock_owned().await);
+            }
+            Err(e) => {
+                engine
+                    .0
+                    .metrics
+                    .lease_busy
+                    .with_label_values(&[op.name()])
+                    .inc();
+                tracing::info!(cluster = %uuid, operation = op.name(), error = %e, "cluster lease not available");
+                run.blocked = Some(StepError::Busy {
+                    cluster: uuid.to_string(),
+                    why: match e {
+                        super::lease::LeaseError::Held(h) => {
+                            format!("conductor {h} is changing it")
+                        }
+                        other => other.to_string(),
+                    },
+                });
+            }
         }
+        run
+    }
+
+    /// Why this run may not go ahead (the Lease was not had), once.
+    pub(super) fn blocked(&mut self) -> Option<StepError> {
+        self.blocked.take()
     }
 
     /// The first durable effect is recorded: acknowledge the request.
@@ -258,6 +317,15 @@ impl<'a> Run<'a> {
                 }
                 self.recorded();
                 Outcome::Failure(f)
+            }
+            Err(e @ StepError::Busy { .. }) => {
+                // Nothing was done: a cast goes back to the queue (another
+                // try in a few seconds), a call gets the Conflict.
+                self.engine.count(name, "busy");
+                if let Some(d) = self.durable.as_deref_mut() {
+                    d.retry_later();
+                }
+                Outcome::Failure(e.to_failure())
             }
             Err(e) if e.is_transient_db() => {
                 self.engine.count(name, "retried");

@@ -77,6 +77,9 @@ impl Engine {
     ) -> Outcome {
         let uuid = cluster.get_str("uuid").unwrap_or_default().to_string();
         let mut run = Run::begin(self, Op::Update, &uuid, Some(ctx), Some(durable)).await;
+        if let Some(e) = run.blocked() {
+            return run.finish(Err(e)).await;
+        }
         let result = self
             .update_steps(&mut run, node_count, health_status, health_status_reason)
             .await;
@@ -171,6 +174,9 @@ impl Engine {
     ) -> Outcome {
         let uuid = cluster.get_str("uuid").unwrap_or_default().to_string();
         let mut run = Run::begin(self, Op::Resize, &uuid, Some(ctx), Some(durable)).await;
+        if let Some(e) = run.blocked() {
+            return run.finish(Err(e)).await;
+        }
         let result = self
             .resize_steps(&mut run, node_count, nodes_to_remove, nodegroup)
             .await;

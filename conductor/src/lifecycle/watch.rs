@@ -9,7 +9,7 @@
 //! caches. No request per cluster: the only traffic is the open watches.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use futures_util::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
@@ -32,6 +32,73 @@ pub enum Kick {
     Uuid(String),
     /// Everything (a watch (re)listed: objects deleted meanwhile sent no event).
     All,
+}
+
+/// How many kicks may wait for the status worker (a burst beyond this is
+/// folded into one full pass).
+pub const KICK_QUEUE: usize = 4096;
+
+/// The sending side of the status worker's queue. Bounded: a kick that
+/// finds it full is not queued, but makes the worker's next pass a full
+/// one ([`Kick::All`]), so nothing is lost and memory stays bounded.
+#[derive(Clone)]
+pub struct Kicks {
+    tx: mpsc::Sender<Kick>,
+    overflow: Arc<AtomicBool>,
+    overflows: prometheus::IntCounter,
+}
+
+/// The status worker's end of the queue.
+pub struct KickQueue {
+    rx: mpsc::Receiver<Kick>,
+    overflow: Arc<AtomicBool>,
+}
+
+impl Kicks {
+    pub fn channel(capacity: usize, overflows: prometheus::IntCounter) -> (Kicks, KickQueue) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let overflow = Arc::new(AtomicBool::new(false));
+        (
+            Kicks {
+                tx,
+                overflow: overflow.clone(),
+                overflows,
+            },
+            KickQueue { rx, overflow },
+        )
+    }
+
+    /// Queue a kick (never waits).
+    pub fn send(&self, k: Kick) {
+        match self.tx.try_send(k) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                if !self.overflow.swap(true, Ordering::SeqCst) {
+                    tracing::warn!(
+                        capacity = self.tx.max_capacity(),
+                        "status queue full: the next pass covers every cluster"
+                    );
+                }
+                self.overflows.inc();
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
+        }
+    }
+}
+
+impl KickQueue {
+    pub async fn recv(&mut self) -> Option<Kick> {
+        self.rx.recv().await
+    }
+
+    pub fn try_recv(&mut self) -> Option<Kick> {
+        self.rx.try_recv().ok()
+    }
+
+    /// Whether kicks were dropped since the last call (then do a full pass).
+    pub fn take_overflow(&self) -> bool {
+        self.overflow.swap(false, Ordering::SeqCst)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,17 +171,15 @@ pub struct Watches {
     stores: Vec<(Role, Store<DynamicObject>)>,
     /// Kinds whose initial list has completed at least once.
     ready: Arc<AtomicUsize>,
+    /// Woken each time a kind completes its first list.
+    ready_changed: Arc<tokio::sync::Notify>,
 }
 
 impl Watches {
     /// Start the reflectors; events go to `kicks`.
-    pub fn spawn(
-        client: kube::Client,
-        line: CapiLine,
-        kicks: mpsc::UnboundedSender<Kick>,
-        metrics: Metrics,
-    ) -> Watches {
+    pub fn spawn(client: kube::Client, line: CapiLine, kicks: Kicks, metrics: Metrics) -> Watches {
         let ready = Arc::new(AtomicUsize::new(0));
+        let ready_changed = Arc::new(tokio::sync::Notify::new());
         let mut stores = Vec::new();
         for (role, av, kind, plural) in kinds(line) {
             let (group, version) = av.rsplit_once('/').unwrap_or(("", av));
@@ -128,6 +193,7 @@ impl Watches {
             let config = watcher::Config::default().labels(CLUSTER_NAME_LABEL);
             let kicks = kicks.clone();
             let ready = ready.clone();
+            let ready_changed = ready_changed.clone();
             let metrics = metrics.clone();
             tokio::spawn(async move {
                 let mut first_init = true;
@@ -139,7 +205,7 @@ impl Watches {
                         Ok(Event::Apply(o) | Event::Delete(o) | Event::InitApply(o)) => {
                             metrics.watch_events.with_label_values(&[kind]).inc();
                             if let Some((ns, name)) = key_of(&o) {
-                                let _ = kicks.send(Kick::Cluster(ns, name));
+                                kicks.send(Kick::Cluster(ns, name));
                             }
                         }
                         Ok(Event::Init) => {}
@@ -147,8 +213,9 @@ impl Watches {
                             if first_init {
                                 first_init = false;
                                 ready.fetch_add(1, Ordering::SeqCst);
+                                ready_changed.notify_waiters();
                             }
-                            let _ = kicks.send(Kick::All);
+                            kicks.send(Kick::All);
                         }
                         Err(e) => {
                             metrics.watch_errors.with_label_values(&[kind]).inc();
@@ -159,7 +226,11 @@ impl Watches {
                 tracing::error!(kind, "watch stream ended");
             });
         }
-        Watches { stores, ready }
+        Watches {
+            stores,
+            ready,
+            ready_changed,
+        }
     }
 
     /// Every kind has listed once: the caches can say "gone".
@@ -167,10 +238,19 @@ impl Watches {
         self.ready.load(Ordering::SeqCst) >= self.stores.len()
     }
 
-    /// Wait until [`Watches::is_ready`] (for startup).
+    /// Wait until [`Watches::is_ready`] (for startup). Any number of tasks
+    /// may wait at once (kube-runtime's `Store::wait_until_ready` wakes only
+    /// the last of several concurrent waiters: a second one waited for ever).
     pub async fn wait_ready(&self) {
-        for (_, s) in &self.stores {
-            let _ = s.wait_until_ready().await;
+        loop {
+            let changed = self.ready_changed.notified();
+            tokio::pin!(changed);
+            // Registered before the check: a completion in between wakes it.
+            changed.as_mut().enable();
+            if self.is_ready() {
+                return;
+            }
+            changed.await;
         }
     }
 
@@ -224,5 +304,31 @@ impl std::fmt::Debug for Watches {
             .field("kinds", &self.stores.len())
             .field("ready", &self.is_ready())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_full_queue_folds_into_one_full_pass() {
+        let metric = prometheus::IntCounter::new("t", "t").unwrap();
+        let (kicks, mut q) = Kicks::channel(2, metric.clone());
+        for i in 0..5 {
+            kicks.send(Kick::Uuid(format!("c{i}")));
+        }
+        assert_eq!(metric.get(), 3, "three did not fit");
+        assert_eq!(q.recv().await, Some(Kick::Uuid("c0".into())));
+        assert_eq!(q.try_recv(), Some(Kick::Uuid("c1".into())));
+        assert_eq!(q.try_recv(), None);
+        assert!(
+            q.take_overflow(),
+            "the worker is told to look at everything"
+        );
+        assert!(!q.take_overflow(), "once");
+        kicks.send(Kick::Uuid("c5".into()));
+        assert_eq!(q.try_recv(), Some(Kick::Uuid("c5".into())));
+        assert!(!q.take_overflow());
     }
 }

@@ -1,0 +1,143 @@
+//! The status leader's duties (see [`super::lease`] for the design).
+//!
+//! Every conductor campaigns for the leader Lease. The one elected:
+//!
+//! - resumes what the rows say is in progress ([`Engine::resume`]), except
+//!   clusters whose Lease a live conductor holds (it is driving them);
+//! - runs the status worker (the others drop their watch events: their
+//!   caches serve their own handlers);
+//! - every third of `lease_duration`, lists the cluster Leases: one whose
+//!   holder stopped renewing it for `lease_duration` belongs to a dead
+//!   conductor, and its operation is resumed here; one that went away
+//!   since the last look ended an operation on another conductor, and the
+//!   cluster gets a status pass (its rows may have moved without any CAPI
+//!   event).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+use tokio::sync::Notify;
+
+use super::engine::Engine;
+use super::watch::Kick;
+
+impl Engine {
+    /// Campaign, and do the leader's duties while elected (for ever).
+    pub(super) async fn lead(self) {
+        let leases = self.0.leases.clone();
+        if leases.enabled() {
+            self.ensure_lease_namespace().await;
+        }
+        self.0.watches.wait_ready().await;
+        let elected = Arc::new(Notify::new());
+        let signal = elected.clone();
+        tokio::spawn(leases.clone().campaign(move || signal.notify_one()));
+        let every = (leases.duration() / 3).max(Duration::from_secs(1));
+        let mut known = Vec::new();
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = elected.notified() => {
+                    self.0.metrics.leader.set(1);
+                    let e = self.clone();
+                    tokio::spawn(async move { e.resume().await });
+                    self.0.kicks.send(Kick::All);
+                }
+                _ = tick.tick() => {
+                    let leading = leases.is_leader();
+                    self.0.metrics.leader.set(i64::from(leading));
+                    if !leading {
+                        continue;
+                    }
+                    match leases.scan(&mut known).await {
+                        Ok((orphans, ended)) => {
+                            for uuid in ended {
+                                self.0.kicks.send(Kick::Uuid(uuid));
+                            }
+                            for uuid in orphans {
+                                self.take_over(&uuid).await;
+                            }
+                        }
+                        Err(e) => tracing::warn!(error = %e, "cannot list the cluster leases"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// At shutdown (in-flight requests done): hand the leadership over.
+    pub async fn step_down(&self) {
+        self.0.leases.step_down().await;
+    }
+
+    /// Resume a cluster whose conductor died holding its Lease: its
+    /// operation is resumed under the Lease (creates and deletes), and the
+    /// dead holder's Lease is gone afterwards (an update is then finished
+    /// by status passes, which repair what the rows ask for).
+    async fn take_over(&self, uuid: &str) {
+        let name = super::lease::cluster_lease(uuid);
+        match self.cluster(uuid).await {
+            Ok(c) => {
+                tracing::warn!(cluster = %uuid, status = c.get_str("status").unwrap_or_default(),
+                    "its conductor stopped renewing the cluster's lease: resuming here");
+                self.0.metrics.lease_takeovers.inc();
+                let e = self.clone();
+                tokio::spawn(async move {
+                    e.resume_one(&c).await;
+                    if let Ok(h) = e.0.leases.try_acquire(&name).await {
+                        drop(h);
+                    }
+                    if let Ok(c) = e.cluster(c.get_str("uuid").unwrap_or_default()).await {
+                        e.kick_cluster(&c);
+                    }
+                });
+            }
+            Err(common::db::DbError::Magnum { .. }) => {
+                // The cluster is gone: only its Lease is left.
+                if let Ok(h) = self.0.leases.try_acquire(&name).await {
+                    drop(h);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(cluster = %uuid, error = %e, "cannot read a cluster to take over")
+            }
+        }
+    }
+
+    /// The Leases' namespace, created if missing (retried until it works:
+    /// without it no operation can start).
+    async fn ensure_lease_namespace(&self) {
+        let ns = self.0.capi.lease_namespace.clone();
+        let api: Api<Namespace> = Api::all(self.0.client.clone());
+        loop {
+            let made = async {
+                if api.get_opt(&ns).await?.is_some() {
+                    return Ok::<_, kube::Error>(());
+                }
+                let n = Namespace {
+                    metadata: ObjectMeta {
+                        name: Some(ns.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    ..Namespace::default()
+                };
+                match api.create(&PostParams::default(), &n).await {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+                    Err(e) => Err(e),
+                }
+            };
+            match made.await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::warn!(namespace = %ns, error = %e, "cannot make the lease namespace; retrying in 5 s");
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,669 @@
+//! Ownership across conductors: `coordination.k8s.io/v1` Leases in the
+//! management cluster.
+//!
+//! Production runs several conductors on one queue, one database and one
+//! management cluster; a request lands on any of them. Two kinds of Lease,
+//! all in `[capi] lease_namespace`, decide who may do what:
+//!
+//! - **`magnum-conductor-leader`**: the status leader. Only it turns watch
+//!   events into row writes, repairs drift, times updates out, resyncs, and
+//!   resumes what was left in progress (when it is elected). One writer:
+//!   no lost update between conductors with differently fresh caches, no
+//!   flapping. The others keep their watches (their handlers read them).
+//! - **`magnum-cluster-<uuid>`**: one cluster's critical section. An
+//!   operation's steps (any conductor) and a status pass that writes an
+//!   in-progress cluster (the leader) hold it; it is created on entry and
+//!   deleted on exit, so the namespace lists exactly the clusters being
+//!   changed right now, and by whom (`kubectl get lease`). One left behind
+//!   by a conductor that died is taken over by the leader once it has not
+//!   been renewed for `lease_duration` seconds, and the operation resumed.
+//!
+//! A lease is expired when its record has not changed for its duration *as
+//! observed by this process* (as client-go's leader election does): no
+//! clock is compared across hosts. A holder renews every third of the
+//! duration, and stops writing as soon as it cannot prove it still holds
+//! ([`Held::valid`]).
+//!
+//! With `[capi] ha_leases = false` (a single conductor that wants no Lease
+//! traffic) every acquisition succeeds at once and this process leads.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
+
+/// The leader's Lease.
+pub const LEADER: &str = "magnum-conductor-leader";
+/// Prefix of a cluster's Lease (`magnum-cluster-<uuid>`).
+pub const CLUSTER_PREFIX: &str = "magnum-cluster-";
+
+/// A cluster's Lease name.
+pub fn cluster_lease(uuid: &str) -> String {
+    format!("{CLUSTER_PREFIX}{uuid}")
+}
+
+/// What a conductor may do with a Lease as it stands (pure).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Absent: create it.
+    Absent,
+    /// Released, or expired: take it over.
+    Take,
+    /// Held by a live conductor.
+    HeldBy(String),
+}
+
+/// The verdict on a Lease record. `unchanged_for`: how long this process
+/// has seen the same record (resourceVersion).
+pub fn verdict(
+    me: &str,
+    lease: Option<&Lease>,
+    unchanged_for: Duration,
+    default_duration: Duration,
+) -> Verdict {
+    let Some(l) = lease else {
+        return Verdict::Absent;
+    };
+    let spec = l.spec.as_ref();
+    let holder = spec
+        .and_then(|s| s.holder_identity.as_deref())
+        .unwrap_or("");
+    if holder.is_empty() {
+        return Verdict::Take;
+    }
+    if holder == me {
+        // Held by another task of this process (identities are unique per
+        // process start): it deletes the Lease when done.
+        return Verdict::HeldBy(holder.to_string());
+    }
+    let duration = spec
+        .and_then(|s| s.lease_duration_seconds)
+        .and_then(|d| u64::try_from(d).ok())
+        .map(Duration::from_secs)
+        .unwrap_or(default_duration);
+    if unchanged_for >= duration {
+        Verdict::Take
+    } else {
+        Verdict::HeldBy(holder.to_string())
+    }
+}
+
+/// Why a lease could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error("held by conductor {0}")]
+    Held(String),
+    #[error("the management cluster did not answer about the lease: {0}")]
+    Api(#[from] kube::Error),
+}
+
+struct Shared {
+    api: Api<Lease>,
+    enabled: bool,
+    me: String,
+    duration: Duration,
+    /// Per lease name: (resourceVersion, when this process first saw it).
+    seen: Mutex<HashMap<String, (String, Instant)>>,
+    leader: AtomicBool,
+}
+
+/// This process's view of the Leases (one per process, cloned).
+#[derive(Clone)]
+pub struct Leases(Arc<Shared>);
+
+impl std::fmt::Debug for Leases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leases")
+            .field("me", &self.0.me)
+            .field("enabled", &self.0.enabled)
+            .finish()
+    }
+}
+
+fn now_micro() -> MicroTime {
+    MicroTime(k8s_openapi::jiff::Timestamp::now())
+}
+
+impl Leases {
+    pub fn new(
+        client: kube::Client,
+        namespace: &str,
+        me: &str,
+        duration: Duration,
+        enabled: bool,
+    ) -> Leases {
+        Leases(Arc::new(Shared {
+            api: Api::namespaced(client, namespace),
+            enabled,
+            me: me.to_string(),
+            duration,
+            seen: Mutex::new(HashMap::new()),
+            leader: AtomicBool::new(!enabled),
+        }))
+    }
+
+    pub fn me(&self) -> &str {
+        &self.0.me
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.0.enabled
+    }
+
+    pub fn duration(&self) -> Duration {
+        self.0.duration
+    }
+
+    /// Whether this process is the status leader now.
+    pub fn is_leader(&self) -> bool {
+        self.0.leader.load(Ordering::SeqCst)
+    }
+
+    fn set_leader(&self, v: bool) {
+        self.0.leader.store(v, Ordering::SeqCst);
+    }
+
+    /// How long this process has seen `name` at `rv`.
+    fn unchanged_for(&self, name: &str, rv: &str) -> Duration {
+        let mut seen = match self.0.seen.lock() {
+            Ok(m) => m,
+            Err(p) => p.into_inner(),
+        };
+        let now = Instant::now();
+        match seen.get(name) {
+            Some((r, since)) if r == rv => now.duration_since(*since),
+            _ => {
+                seen.insert(name.to_string(), (rv.to_string(), now));
+                Duration::ZERO
+            }
+        }
+    }
+
+    fn forget(&self, name: &str) {
+        if let Ok(mut m) = self.0.seen.lock() {
+            m.remove(name);
+        }
+    }
+
+    fn record(&self, transitions: i32) -> LeaseSpec {
+        let now = now_micro();
+        LeaseSpec {
+            holder_identity: Some(self.0.me.clone()),
+            lease_duration_seconds: i32::try_from(self.0.duration.as_secs()).ok(),
+            acquire_time: Some(now.clone()),
+            renew_time: Some(now),
+            lease_transitions: Some(transitions),
+            ..LeaseSpec::default()
+        }
+    }
+
+    /// One attempt: the lease, or who holds it.
+    pub async fn try_acquire(&self, name: &str) -> Result<Held, LeaseError> {
+        self.attempt(name, true).await
+    }
+
+    /// One attempt that leaves an expired lease alone: its holder died in
+    /// the middle of an operation, which only a resume may take over (a
+    /// status pass would release it with the operation unfinished).
+    pub async fn try_acquire_if_free(&self, name: &str) -> Result<Held, LeaseError> {
+        self.attempt(name, false).await
+    }
+
+    async fn attempt(&self, name: &str, take_expired: bool) -> Result<Held, LeaseError> {
+        if !self.0.enabled {
+            return Ok(Held::unleased(self.clone(), name));
+        }
+        let api = &self.0.api;
+        let current = api.get_opt(name).await?;
+        let rv = current
+            .as_ref()
+            .and_then(|l| l.metadata.resource_version.clone())
+            .unwrap_or_default();
+        let unchanged = self.unchanged_for(name, &rv);
+        let stored = match verdict(&self.0.me, current.as_ref(), unchanged, self.0.duration) {
+            Verdict::HeldBy(h) => return Err(LeaseError::Held(h)),
+            Verdict::Take
+                if !take_expired
+                    && current
+                        .as_ref()
+                        .and_then(|l| l.spec.as_ref())
+                        .and_then(|s| s.holder_identity.as_deref())
+                        .is_some_and(|h| !h.is_empty()) =>
+            {
+                return Err(LeaseError::Held(
+                    "a conductor that stopped renewing it (the leader takes it over)".into(),
+                ));
+            }
+            Verdict::Absent => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(name.to_string()),
+                        labels: Some(
+                            [(
+                                "app.kubernetes.io/managed-by".to_string(),
+                                "magnum-conductor".to_string(),
+                            )]
+                            .into(),
+                        ),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(self.record(0)),
+                };
+                match api.create(&PostParams::default(), &lease).await {
+                    Ok(l) => l,
+                    Err(kube::Error::Api(e)) if e.code == 409 => {
+                        return Err(LeaseError::Held("another conductor (just now)".into()));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Verdict::Take => {
+                let Some(mut l) = current else {
+                    return Err(LeaseError::Held("nobody (gone meanwhile)".into()));
+                };
+                let before = l.spec.as_ref().and_then(|s| s.holder_identity.clone());
+                let transitions = l
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.lease_transitions)
+                    .unwrap_or(0)
+                    + i32::from(before.as_deref().is_some_and(|h| !h.is_empty()));
+                l.spec = Some(self.record(transitions));
+                // `replace` carries the resourceVersion read: a conductor
+                // that took it meanwhile makes this a 409.
+                match api.replace(name, &PostParams::default(), &l).await {
+                    Ok(l) => {
+                        if let Some(h) = before.filter(|h| !h.is_empty() && h != &self.0.me) {
+                            tracing::warn!(lease = name, from = %h, "took over a lease its holder stopped renewing");
+                        }
+                        l
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
+                        return Err(LeaseError::Held("another conductor (just now)".into()));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        };
+        Ok(Held::start(
+            self.clone(),
+            name,
+            stored.metadata.resource_version.unwrap_or_default(),
+        ))
+    }
+
+    /// Wait (up to `max`) for the lease: a live holder's critical section
+    /// ends within seconds, a dead one's lease expires after its duration.
+    pub async fn acquire(&self, name: &str, max: Duration) -> Result<Held, LeaseError> {
+        let deadline = Instant::now() + max;
+        let mut pause = Duration::from_millis(100);
+        loop {
+            match self.try_acquire(name).await {
+                Ok(h) => return Ok(h),
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(LeaseError::Api(e)) => {
+                    tracing::warn!(lease = name, error = %e, "cannot read the lease; retrying");
+                }
+                Err(LeaseError::Held(_)) => {}
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// The cluster Leases held by someone else and not renewed for their
+    /// duration (seen by this process): their operations lost their
+    /// conductor. Also returns the uuids whose Lease went away since the
+    /// last call (their operation ended: the leader looks at them).
+    pub async fn scan(
+        &self,
+        known: &mut Vec<String>,
+    ) -> Result<(Vec<String>, Vec<String>), kube::Error> {
+        if !self.0.enabled {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let list = self.0.api.list(&ListParams::default()).await?;
+        let mut orphans = Vec::new();
+        let mut now_known = Vec::new();
+        for l in &list.items {
+            let Some(name) = l.metadata.name.as_deref() else {
+                continue;
+            };
+            let Some(uuid) = name.strip_prefix(CLUSTER_PREFIX) else {
+                continue;
+            };
+            now_known.push(uuid.to_string());
+            let rv = l.metadata.resource_version.as_deref().unwrap_or_default();
+            let unchanged = self.unchanged_for(name, rv);
+            let holder = l
+                .spec
+                .as_ref()
+                .and_then(|s| s.holder_identity.as_deref())
+                .unwrap_or("");
+            if holder != self.0.me
+                && verdict(&self.0.me, Some(l), unchanged, self.0.duration) == Verdict::Take
+            {
+                orphans.push(uuid.to_string());
+            }
+        }
+        let ended = known
+            .iter()
+            .filter(|u| !now_known.contains(u))
+            .cloned()
+            .collect();
+        *known = now_known;
+        Ok((orphans, ended))
+    }
+
+    /// Give up the leadership at shutdown: the leader Lease is deleted, so
+    /// another conductor leads at its next try instead of after the
+    /// Lease's duration.
+    pub async fn step_down(&self) {
+        if !self.0.enabled || !self.is_leader() {
+            return;
+        }
+        self.set_leader(false);
+        let Ok(Some(l)) = self.0.api.get_opt(LEADER).await else {
+            return;
+        };
+        if l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) != Some(self.0.me.as_str()) {
+            return;
+        }
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: l.metadata.resource_version.clone(),
+                uid: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match self.0.api.delete(LEADER, &dp).await {
+            Ok(_) => tracing::info!("stepped down as status leader"),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot release the leader lease; it expires on its own")
+            }
+        }
+    }
+
+    /// Campaign for the leader Lease for ever: `elected` runs each time
+    /// this process becomes the leader.
+    pub async fn campaign<F>(self, elected: F)
+    where
+        F: Fn() + Send + 'static,
+    {
+        if !self.0.enabled {
+            self.set_leader(true);
+            elected();
+            return;
+        }
+        let every = self.0.duration / 3;
+        let mut held: Option<Held> = None;
+        loop {
+            match &held {
+                Some(h) if h.valid() => {}
+                Some(_) => {
+                    tracing::error!("lost the status leadership (could not renew the lease)");
+                    self.set_leader(false);
+                    held = None;
+                }
+                None => match self.try_acquire(LEADER).await {
+                    Ok(h) => {
+                        tracing::info!(me = %self.0.me, "elected status leader");
+                        self.set_leader(true);
+                        held = Some(h);
+                        elected();
+                    }
+                    Err(LeaseError::Held(h)) => {
+                        tracing::debug!(leader = %h, "another conductor leads");
+                    }
+                    Err(e) => tracing::warn!(error = %e, "cannot campaign for the leadership"),
+                },
+            }
+            tokio::time::sleep(every).await;
+        }
+    }
+}
+
+struct HeldState {
+    rv: String,
+    valid_until: Instant,
+    released: bool,
+}
+
+/// A held Lease: renewed in the background until dropped, then deleted.
+pub struct Held {
+    leases: Leases,
+    name: String,
+    state: Arc<Mutex<HeldState>>,
+    lost: Arc<AtomicBool>,
+    renew: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Held").field("name", &self.name).finish()
+    }
+}
+
+impl Held {
+    fn unleased(leases: Leases, name: &str) -> Held {
+        Held {
+            leases,
+            name: name.to_string(),
+            state: Arc::new(Mutex::new(HeldState {
+                rv: String::new(),
+                valid_until: Instant::now() + Duration::from_secs(u64::from(u32::MAX)),
+                released: true,
+            })),
+            lost: Arc::new(AtomicBool::new(false)),
+            renew: None,
+        }
+    }
+
+    fn start(leases: Leases, name: &str, rv: String) -> Held {
+        let duration = leases.0.duration;
+        let state = Arc::new(Mutex::new(HeldState {
+            rv,
+            valid_until: Instant::now() + duration,
+            released: false,
+        }));
+        let lost = Arc::new(AtomicBool::new(false));
+        let renew = {
+            let (leases, name, state, lost) = (
+                leases.clone(),
+                name.to_string(),
+                state.clone(),
+                lost.clone(),
+            );
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(duration / 3).await;
+                    if !renew_once(&leases, &name, &state, &lost).await {
+                        return;
+                    }
+                }
+            })
+        };
+        Held {
+            leases,
+            name: name.to_string(),
+            state,
+            lost,
+            renew: Some(renew),
+        }
+    }
+
+    /// Whether this process can still prove it holds the lease (renewed
+    /// within its duration, not taken over).
+    pub fn valid(&self) -> bool {
+        if self.lost.load(Ordering::SeqCst) {
+            return false;
+        }
+        match self.state.lock() {
+            Ok(s) => Instant::now() < s.valid_until,
+            Err(_) => false,
+        }
+    }
+}
+
+/// Renew once; false when the lease is lost for good.
+async fn renew_once(
+    leases: &Leases,
+    name: &str,
+    state: &Arc<Mutex<HeldState>>,
+    lost: &Arc<AtomicBool>,
+) -> bool {
+    let api = &leases.0.api;
+    let rv = match state.lock() {
+        Ok(s) => s.rv.clone(),
+        Err(_) => return false,
+    };
+    let attempt = async {
+        let mut l = api.get(name).await?;
+        if l.metadata.resource_version.as_deref() != Some(rv.as_str()) {
+            return Ok::<Option<Lease>, kube::Error>(None);
+        }
+        if let Some(s) = l.spec.as_mut() {
+            s.renew_time = Some(now_micro());
+        }
+        api.replace(name, &PostParams::default(), &l)
+            .await
+            .map(Some)
+    };
+    let started = Instant::now();
+    match attempt.await {
+        Ok(Some(l)) => {
+            if let Ok(mut s) = state.lock() {
+                s.rv = l.metadata.resource_version.unwrap_or_default();
+                s.valid_until = started + leases.0.duration;
+            }
+            true
+        }
+        Ok(None) => {
+            tracing::error!(lease = name, "lease taken over by another conductor");
+            lost.store(true, Ordering::SeqCst);
+            false
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
+            tracing::error!(lease = name, code = e.code, "lease lost");
+            lost.store(true, Ordering::SeqCst);
+            false
+        }
+        Err(e) => {
+            tracing::warn!(lease = name, error = %e, "cannot renew the lease; retrying");
+            true
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(t) = self.renew.take() {
+            t.abort();
+        }
+        let (rv, released) = match self.state.lock() {
+            Ok(mut s) => {
+                let r = (s.rv.clone(), s.released);
+                s.released = true;
+                r
+            }
+            Err(_) => return,
+        };
+        if released || self.lost.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let leases = self.leases.clone();
+        let name = std::mem::take(&mut self.name);
+        rt.spawn(async move {
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    resource_version: Some(rv),
+                    uid: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match leases.0.api.delete(&name, &dp).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                Err(e) => {
+                    tracing::warn!(lease = %name, error = %e, "cannot release the lease; it expires on its own");
+                }
+            }
+            leases.forget(&name);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(holder: Option<&str>, duration: Option<i32>) -> Lease {
+        Lease {
+            metadata: ObjectMeta::default(),
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(str::to_string),
+                lease_duration_seconds: duration,
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    const D: Duration = Duration::from_secs(15);
+
+    #[test]
+    fn absent_or_released_leases_are_taken_ours_are_not() {
+        assert_eq!(verdict("a", None, Duration::ZERO, D), Verdict::Absent);
+        assert_eq!(
+            verdict("a", Some(&lease(None, Some(15))), Duration::ZERO, D),
+            Verdict::Take
+        );
+        assert_eq!(
+            verdict("a", Some(&lease(Some(""), Some(15))), Duration::ZERO, D),
+            Verdict::Take
+        );
+        assert_eq!(
+            verdict("a", Some(&lease(Some("a"), Some(15))), Duration::ZERO, D),
+            Verdict::HeldBy("a".into()),
+            "another task of this process holds it"
+        );
+    }
+
+    #[test]
+    fn another_holder_keeps_it_until_unchanged_for_its_own_duration() {
+        let l = lease(Some("b"), Some(30));
+        assert_eq!(
+            verdict("a", Some(&l), Duration::from_secs(29), D),
+            Verdict::HeldBy("b".into()),
+            "the record's duration wins over ours"
+        );
+        assert_eq!(
+            verdict("a", Some(&l), Duration::from_secs(30), D),
+            Verdict::Take
+        );
+        // No duration in the record: ours.
+        let l = lease(Some("b"), None);
+        assert_eq!(
+            verdict("a", Some(&l), Duration::from_secs(14), D),
+            Verdict::HeldBy("b".into())
+        );
+        assert_eq!(verdict("a", Some(&l), D, D), Verdict::Take);
+    }
+
+    #[test]
+    fn cluster_lease_names_are_valid_object_names() {
+        let n = cluster_lease("5b7c6a52-6f3e-4b8a-9d3e-0f6a1b2c3d4e");
+        assert!(n.len() <= 253);
+        assert!(
+            n.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        );
+    }
+}

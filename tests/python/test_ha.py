@@ -1,0 +1,136 @@
+"""Several conductors on one queue, one database and one management cluster.
+
+Production runs three (openstack-ansible puts one on each infra host). They
+coordinate through Leases in the management cluster (conductor/src/lifecycle/
+lease.rs): one status leader writes statuses; each cluster's Lease makes its
+operations (on any conductor) and the leader's status passes exclusive; a
+conductor that dies holding one is taken over by the leader after the Lease
+was not renewed for `lease_duration` (5 s here).
+
+- test_three_conductors_share_the_work: creates and deletes spread over three
+  processes by RabbitMQ; all converge, each cluster has exactly one of each
+  object, nothing is left (rows, keypairs, Secrets, Leases), exactly one
+  leader, and every conductor handled some of the requests.
+- test_owner_killed_mid_create_another_finishes: the conductor driving a
+  create (and leading) is killed -9 in the middle of its applies and never
+  restarted; the other one becomes leader, takes the cluster's Lease over
+  and finishes the create: rows and objects as in a single-conductor run.
+"""
+import json
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from conftest import Conductor, free_port
+from test_lifecycle import Env
+from test_lifecycle_restart import NOTHING, ONE_CLUSTER, died, objects_of
+
+LEASE_DURATION = 5
+
+
+class HaEnv(Env):
+    """Env with more conductors: each its own config (its metrics port)."""
+
+    def __init__(self, tmp, n):
+        super().__init__(tmp, "v1beta1")
+        self.conductors = [self.conductor]
+        for _ in range(n - 1):
+            self.add()
+
+    def add(self, failpoint=None):
+        i = len(self.conductors)
+        port = free_port()
+        conf = str(self.tmp / f"conductor{i}.conf")
+        text = open(self.conf).read()
+        text = re.sub(r"listen = 127\.0\.0\.1:\d+", f"listen = 127.0.0.1:{port}", text)
+        open(conf, "w").write(text)
+        env = {"MAGNUM_CONDUCTOR_FAILPOINT": failpoint} if failpoint else None
+        c = Conductor(conf, port, str(self.tmp / f"conductor{i}.log"), env=env)
+        self.conductors.append(c)
+        return c
+
+    def close(self):
+        for c in self.conductors:
+            if c is not self.conductor:
+                c.stop()
+        super().close()
+
+
+def leases(env):
+    return {o["metadata"]["name"]: o["spec"].get("holderIdentity")
+            for o in env.sim.items("coordination.k8s.io/v1", "leases", ns="magnum-system")}
+
+
+def leaders(env):
+    return [c for c in env.conductors if c.proc.poll() is None and c.metric("magnum_conductor_leader") == 1]
+
+
+@pytest.fixture
+def ha(tmp_path):
+    e = HaEnv(tmp_path, 3)
+    yield e
+    e.close()
+
+
+def test_three_conductors_share_the_work(ha):
+    n = int(os.environ.get("HA_CLUSTERS", "9"))
+    before = ha.client("get", "00000000-0000-0000-0000-000000000000")["x509keypairs"]
+    uuids = [ha.client("create", ha.template, json.dumps({"master_count": 1, "node_count": 1}))["uuid"]
+             for _ in range(n)]
+    for u in uuids:
+        got, seen = ha.wait(u, lambda g: g["cluster"]["status"] != "CREATE_IN_PROGRESS", timeout=240)
+        assert got["cluster"]["status"] == "CREATE_COMPLETE", seen
+        assert [x["status"] for x in got["nodegroups"]] == ["CREATE_COMPLETE"] * 2
+        assert objects_of(ha, u) == ONE_CLUSTER, u
+    assert len(leaders(ha)) == 1
+    # RabbitMQ spread the casts (a cast requeued while its cluster was busy counts twice).
+    handled = [c.metric("magnum_conductor_rpc_messages_total", method="cluster_create") for c in ha.conductors]
+    assert sum(handled) >= n and all(h > 0 for h in handled), handled
+    for u in uuids:
+        ha.client("delete", u)
+    for u in uuids:
+        got, seen = ha.wait(u, lambda g: g["cluster"] is None, timeout=240)
+        assert got["nodegroups"] == []
+        assert objects_of(ha, u) == NOTHING
+    assert ha.client("get", "00000000-0000-0000-0000-000000000000")["x509keypairs"] == before
+    # Only the leader's Lease is left: every cluster Lease was released.
+    deadline = time.time() + 10
+    while set(leases(ha)) != {"magnum-conductor-leader"}:
+        assert time.time() < deadline, leases(ha)
+        time.sleep(0.2)
+
+
+def test_owner_killed_mid_create_another_finishes(ha):
+    # Only the conductor with the failpoint consumes at first: it gets the cast.
+    for c in ha.conductors[1:]:
+        c.stop()
+    ha.restart("create.mid_apply")
+    ha.conductors = [ha.conductor]
+    deadline = time.time() + 30
+    while not leaders(ha):
+        assert time.time() < deadline, "no leader"
+        time.sleep(0.2)
+    uuid = ha.client("create", ha.template, json.dumps({"master_count": 1, "node_count": 1}))["uuid"]
+    # It freezes in the middle of its applies (the cast is acknowledged).
+    other = ha.add()
+    died(ha)
+    killed = time.time()
+    assert leases(ha).get(f"magnum-cluster-{uuid}", "").endswith(ha.conductor.server_id)
+    got, seen = ha.wait(uuid, lambda g: g["cluster"]["status"] != "CREATE_IN_PROGRESS", timeout=120)
+    took = time.time() - killed
+    assert got["cluster"]["status"] == "CREATE_COMPLETE", seen
+    assert objects_of(ha, uuid) == ONE_CLUSTER
+    assert got["x509keypairs"] == 4, "no keypair leaked or duplicated"
+    assert other.metric("magnum_conductor_leader") == 1
+    assert other.metric("magnum_conductor_lease_takeovers_total") >= 1
+    # Leadership after one lease_duration, the takeover after another, then
+    # the create's remaining steps: well within four durations and a margin.
+    print(f"create finished {took:.1f}s after its conductor was killed (lease_duration {LEASE_DURATION}s)")
+    assert took < 4 * LEASE_DURATION + 15, took
+    ha.client("delete", uuid)
+    got, _ = ha.wait(uuid, lambda g: g["cluster"] is None)
+    assert objects_of(ha, uuid) == NOTHING
+    ha.conductor = other
