@@ -31,3 +31,5 @@ done
 echo "== python interop tests (Magnum 23.0.0 client)"
 MAGNUM_CONDUCTOR_BIN="$PWD/target/debug/magnum-conductor" \
   "$MAGNUM_VENV/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q --durations=12 tests/python
+echo "== fuzz targets, briefly (scripts/fuzz.sh run 600 for the long run)"
+scripts/fuzz.sh run 20

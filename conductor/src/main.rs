@@ -198,6 +198,25 @@ async fn start_lifecycle(
         }
     };
     tracing::info!(line = ?line, "management cluster connected");
+    if cfg.capi.ha_leases {
+        match conductor::lifecycle::lease::prepare(&client, &cfg.capi.lease_namespace).await {
+            Ok(()) => {}
+            Err(kube::Error::Api(e)) if e.code == 401 || e.code == 403 => {
+                let msg = format!(
+                    "cannot use Leases in the namespace {} of the management cluster ({}): \
+                     grant get, list, create, update and delete on leases there (and get/create \
+                     on that namespace), or set [capi] ha_leases = false for a lone conductor",
+                    cfg.capi.lease_namespace, e.message
+                );
+                eprintln!("magnum-conductor: {msg}");
+                tracing::error!("{msg}");
+                return Err(ExitCode::from(2));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot check the lease namespace yet; the leader retries")
+            }
+        }
+    }
     let credentials = match conductor::lifecycle::credentials::Credentials::from_opts(
         &cfg.capi,
         &cfg.keystone_auth,

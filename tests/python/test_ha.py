@@ -34,8 +34,8 @@ LEASE_DURATION = 5
 class HaEnv(Env):
     """Env with more conductors: each its own config (its metrics port)."""
 
-    def __init__(self, tmp, n):
-        super().__init__(tmp, "v1beta1")
+    def __init__(self, tmp, n, **kw):
+        super().__init__(tmp, "v1beta1", **kw)
         self.conductors = [self.conductor]
         for _ in range(n - 1):
             self.add()
@@ -134,3 +134,22 @@ def test_owner_killed_mid_create_another_finishes(ha):
     got, _ = ha.wait(uuid, lambda g: g["cluster"] is None)
     assert objects_of(ha, uuid) == NOTHING
     ha.conductor = other
+
+
+def test_no_rights_on_leases_is_a_clear_startup_error(tmp_path):
+    """A conductor whose management-cluster credentials may not use Leases
+    stops at startup (exit 2) saying what to grant, instead of requeueing
+    every request for ever."""
+    env = Env(tmp_path, "v1beta1")
+    try:
+        env.sim.post("/_sim/faults", {"method": "GET", "path": "/namespaces/magnum-system/leases",
+                                      "client": "magnum-conductor", "action": {"kind": "error", "code": 403}})
+        port = free_port()
+        conf = str(tmp_path / "second.conf")
+        open(conf, "w").write(re.sub(r"listen = 127\.0\.0\.1:\d+", f"listen = 127.0.0.1:{port}", open(env.conf).read()))
+        c = Conductor(conf, port, str(tmp_path / "second.log"), wait=False)
+        assert c.proc.wait(60) == 2
+        out = open(tmp_path / "second.log").read()
+        assert "cannot use Leases in the namespace magnum-system" in out and "ha_leases = false" in out, out[-2000:]
+    finally:
+        env.close()

@@ -16,9 +16,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Namespace;
-use kube::Api;
-use kube::api::{ObjectMeta, PostParams};
 use tokio::sync::Notify;
 
 use super::engine::Engine;
@@ -29,7 +26,14 @@ impl Engine {
     pub(super) async fn lead(self) {
         let leases = self.0.leases.clone();
         if leases.enabled() {
-            self.ensure_lease_namespace().await;
+            // Checked at startup (see main.rs); retried here if it failed
+            // for a reason other than the rights.
+            while let Err(e) =
+                super::lease::prepare(&self.0.client, &self.0.capi.lease_namespace).await
+            {
+                tracing::warn!(error = %e, "cannot use the lease namespace; retrying in 5 s");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
         }
         self.0.watches.wait_ready().await;
         let elected = Arc::new(Notify::new());
@@ -104,39 +108,6 @@ impl Engine {
             }
             Err(e) => {
                 tracing::warn!(cluster = %uuid, error = %e, "cannot read a cluster to take over")
-            }
-        }
-    }
-
-    /// The Leases' namespace, created if missing (retried until it works:
-    /// without it no operation can start).
-    async fn ensure_lease_namespace(&self) {
-        let ns = self.0.capi.lease_namespace.clone();
-        let api: Api<Namespace> = Api::all(self.0.client.clone());
-        loop {
-            let made = async {
-                if api.get_opt(&ns).await?.is_some() {
-                    return Ok::<_, kube::Error>(());
-                }
-                let n = Namespace {
-                    metadata: ObjectMeta {
-                        name: Some(ns.clone()),
-                        ..ObjectMeta::default()
-                    },
-                    ..Namespace::default()
-                };
-                match api.create(&PostParams::default(), &n).await {
-                    Ok(_) => Ok(()),
-                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-                    Err(e) => Err(e),
-                }
-            };
-            match made.await {
-                Ok(()) => return,
-                Err(e) => {
-                    tracing::warn!(namespace = %ns, error = %e, "cannot make the lease namespace; retrying in 5 s");
-                    tokio::time::sleep(Duration::from_secs(5)).await;
-                }
             }
         }
     }

@@ -47,6 +47,31 @@ pub fn cluster_lease(uuid: &str) -> String {
     format!("{CLUSTER_PREFIX}{uuid}")
 }
 
+/// Make the Leases' namespace if missing and check this conductor may use
+/// Leases there (list). At startup: a conductor without the rights says so
+/// and stops, instead of requeueing every request for ever.
+pub async fn prepare(client: &kube::Client, namespace: &str) -> Result<(), kube::Error> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let nss: Api<Namespace> = Api::all(client.clone());
+    if nss.get_opt(namespace).await?.is_none() {
+        let n = Namespace {
+            metadata: ObjectMeta {
+                name: Some(namespace.to_string()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        match nss.create(&PostParams::default(), &n).await {
+            Ok(_) => tracing::info!(namespace, "lease namespace created"),
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    leases.list(&ListParams::default().limit(1)).await?;
+    Ok(())
+}
+
 /// What a conductor may do with a Lease as it stands (pure).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {

@@ -306,7 +306,10 @@ async fn handle(
         .unwrap_or("unknown");
     sim.count_request(client, if is_watch { "WATCH" } else { method.as_str() });
     let mut drop_watch_after = None;
-    match sim.faults.take(method.as_str(), uri.path(), is_watch) {
+    match sim
+        .faults
+        .take_for(client, method.as_str(), uri.path(), is_watch)
+    {
         None => {}
         Some(crate::faults::Action::Error { code }) => return fault_error(code),
         Some(crate::faults::Action::Delay { ms }) => {

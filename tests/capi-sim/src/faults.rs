@@ -39,6 +39,10 @@ pub struct Rule {
     /// Only watch requests (`?watch=true`).
     #[serde(default)]
     pub watch_only: bool,
+    /// Only requests from this client (the User-Agent's product, e.g.
+    /// `magnum-conductor`; any when absent): a test's own reads pass.
+    #[serde(default)]
+    pub client: Option<String>,
     /// How many requests it fires for (forever when absent).
     #[serde(default)]
     pub times: Option<usize>,
@@ -69,11 +73,23 @@ impl Faults {
 
     /// The action for this request, if a rule fires (and count it).
     pub fn take(&self, method: &str, path: &str, is_watch: bool) -> Option<Action> {
+        self.take_for("", method, path, is_watch)
+    }
+
+    /// [`Faults::take`] for a request of `client` (User-Agent product).
+    pub fn take_for(
+        &self,
+        client: &str,
+        method: &str,
+        path: &str,
+        is_watch: bool,
+    ) -> Option<Action> {
         let mut rules = self.lock();
         let i = rules.iter().position(|r| {
-            r.method
-                .as_deref()
-                .is_none_or(|m| m.eq_ignore_ascii_case(method))
+            r.client.as_deref().is_none_or(|c| c == client)
+                && r.method
+                    .as_deref()
+                    .is_none_or(|m| m.eq_ignore_ascii_case(method))
                 && r.path.as_deref().is_none_or(|p| path.contains(p))
                 && (!r.watch_only || is_watch)
                 && r.times != Some(0)
@@ -96,12 +112,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn rules_can_match_one_client() {
+        let f = Faults::default();
+        f.add(Rule {
+            method: None,
+            path: None,
+            watch_only: false,
+            client: Some("magnum-conductor".into()),
+            times: Some(1),
+            action: Action::Error { code: 429 },
+        });
+        assert_eq!(f.take_for("python-urllib", "GET", "/x", false), None);
+        assert_eq!(f.take("GET", "/x", false), None);
+        assert_eq!(
+            f.take_for("magnum-conductor", "GET", "/x", false),
+            Some(Action::Error { code: 429 })
+        );
+        assert_eq!(f.take_for("magnum-conductor", "GET", "/x", false), None);
+    }
+
+    #[test]
     fn rules_fire_and_expire() {
         let f = Faults::default();
         f.add(Rule {
             method: Some("GET".into()),
             path: Some("/clusters".into()),
             watch_only: false,
+            client: None,
             times: Some(2),
             action: Action::Error { code: 500 },
         });
@@ -120,6 +157,7 @@ mod tests {
             method: None,
             path: None,
             watch_only: true,
+            client: None,
             times: None,
             action: Action::ExpireWatch,
         });

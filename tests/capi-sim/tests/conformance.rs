@@ -602,6 +602,7 @@ async fn faults_are_what_the_client_sees() {
         method: Some(method.into()),
         path: Some(path.into()),
         watch_only: false,
+        client: None,
         times: Some(times),
         action,
     };
@@ -663,6 +664,7 @@ async fn faults_are_what_the_client_sees() {
         method: None,
         path: Some("/clusters".into()),
         watch_only: true,
+        client: None,
         times: Some(1),
         action: Action::DropWatch { after_events: 1 },
     });
@@ -687,6 +689,7 @@ async fn faults_are_what_the_client_sees() {
         method: None,
         path: None,
         watch_only: true,
+        client: None,
         times: Some(1),
         action: Action::ExpireWatch,
     });

@@ -1,0 +1,7 @@
+//! See `fuzz/harness.rs` (`csr`).
+#![no_main]
+
+#[path = "../harness.rs"]
+mod harness;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::csr(data));

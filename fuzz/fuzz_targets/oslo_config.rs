@@ -1,0 +1,7 @@
+//! See `fuzz/harness.rs` (`oslo_config`).
+#![no_main]
+
+#[path = "../harness.rs"]
+mod harness;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::oslo_config(data));

@@ -1,0 +1,7 @@
+//! See `fuzz/harness.rs` (`rpc_message`).
+#![no_main]
+
+#[path = "../harness.rs"]
+mod harness;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::rpc_message(data));

@@ -1,0 +1,7 @@
+//! See `fuzz/harness.rs` (`urls`).
+#![no_main]
+
+#[path = "../harness.rs"]
+mod harness;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::urls(data));
