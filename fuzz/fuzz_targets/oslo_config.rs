@@ -1,6 +1,8 @@
 //! See `fuzz/harness.rs` (`oslo_config`).
 #![no_main]
 
+// Each target uses one of the shared bodies.
+#[allow(dead_code)]
 #[path = "../harness.rs"]
 mod harness;
 

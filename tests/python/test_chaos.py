@@ -29,7 +29,7 @@ import pytest
 
 from conftest import Conductor, rabbitmqctl
 from test_day2 import T131
-from test_ha import HaEnv
+from test_ha import HaEnv, assert_never_two_at_once
 from test_lifecycle_db_outage import CuttableProxy
 from test_lifecycle_restart import UUID_LABEL
 
@@ -268,5 +268,8 @@ def test_chaos(chaos):
         assert time.time() < deadline, names
         time.sleep(0.5)
     assert env.sim.items(env.sim.capi, "clusters", UUID_LABEL) == []
+    logs = [env.tmp / "conductor.log"] + [env.tmp / f"conductor{i}.log" for i in (1, 2)]
+    n = assert_never_two_at_once(logs)
+    print(f"{n} operation runs (handlers and resumes), never two conductors on one cluster at once")
     alive = [c for c in env.conductors if c.proc.poll() is None]
     assert len(alive) == 3

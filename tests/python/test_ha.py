@@ -59,6 +59,51 @@ class HaEnv(Env):
         super().close()
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+LINE = re.compile(r"^(\S+Z)\s+\w+\s+(.*)$")
+
+
+def operation_intervals(log_paths):
+    """(cluster, start, end, process) for every operation in these logs
+    ("operation begins"/"ends", one process per "magnum-conductor starting";
+    one killed mid-operation ends at its last line)."""
+    out = []
+    for path in log_paths:
+        proc, last, open_ops = None, None, {}
+        with open(path) as f:
+            lines = [ANSI.sub("", x) for x in f]
+        for line in lines + ["9999-12-31T00:00:00Z  INFO magnum-conductor starting (end of log)"]:
+            m = LINE.match(line.strip())
+            if not m:
+                continue
+            ts, text = m.group(1), m.group(2)
+            if "magnum-conductor starting" in text:
+                for c, start in open_ops.items():
+                    out.append((c, start, last, proc))
+                open_ops, proc = {}, f"{path}@{ts}"
+            cm = re.search(r"cluster=([0-9a-f-]{36})", text)
+            if cm and text.startswith("operation begins"):
+                open_ops[cm.group(1)] = ts
+            elif cm and text.startswith("operation ends") and cm.group(1) in open_ops:
+                out.append((cm.group(1), open_ops.pop(cm.group(1)), ts, proc))
+            last = ts
+    return out
+
+
+def assert_never_two_at_once(log_paths):
+    """No cluster was driven by two conductors at the same time."""
+    by_cluster = {}
+    for c, start, end, proc in operation_intervals(log_paths):
+        by_cluster.setdefault(c, []).append((start, end, proc))
+    n = 0
+    for c, spans in by_cluster.items():
+        spans.sort()
+        for (s1, e1, p1), (s2, e2, p2) in zip(spans, spans[1:]):
+            assert s2 >= e1, f"cluster {c}: {p1} drove it until {e1}, {p2} from {s2}"
+        n += len(spans)
+    return n
+
+
 def leases(env):
     return {o["metadata"]["name"]: o["spec"].get("holderIdentity")
             for o in env.sim.items("coordination.k8s.io/v1", "leases", ns="magnum-system")}
@@ -86,6 +131,8 @@ def test_three_conductors_share_the_work(ha):
         assert [x["status"] for x in got["nodegroups"]] == ["CREATE_COMPLETE"] * 2
         assert objects_of(ha, u) == ONE_CLUSTER, u
     assert len(leaders(ha)) == 1
+    logs = [c.log.name for c in ha.conductors]
+    assert assert_never_two_at_once(logs) >= n
     # RabbitMQ spread the casts (a cast requeued while its cluster was busy counts twice).
     handled = [c.metric("magnum_conductor_rpc_messages_total", method="cluster_create") for c in ha.conductors]
     assert sum(handled) >= n and all(h > 0 for h in handled), handled
@@ -96,6 +143,8 @@ def test_three_conductors_share_the_work(ha):
         assert got["nodegroups"] == []
         assert objects_of(ha, u) == NOTHING
     assert ha.client("get", "00000000-0000-0000-0000-000000000000")["x509keypairs"] == before
+    ops = assert_never_two_at_once(logs)
+    print(f"{ops} operations over {len(logs)} conductors, never two on one cluster at once")
     # Only the leader's Lease is left: every cluster Lease was released.
     deadline = time.time() + 10
     while set(leases(ha)) != {"magnum-conductor-leader"}:
@@ -130,6 +179,7 @@ def test_owner_killed_mid_create_another_finishes(ha):
     # the create's remaining steps: well within four durations and a margin.
     print(f"create finished {took:.1f}s after its conductor was killed (lease_duration {LEASE_DURATION}s)")
     assert took < 4 * LEASE_DURATION + 15, took
+    assert assert_never_two_at_once([ha.tmp / "conductor.log", other.log.name]) >= 2
     ha.client("delete", uuid)
     got, _ = ha.wait(uuid, lambda g: g["cluster"] is None)
     assert objects_of(ha, uuid) == NOTHING
@@ -153,3 +203,21 @@ def test_no_rights_on_leases_is_a_clear_startup_error(tmp_path):
         assert "cannot use Leases in the namespace magnum-system" in out and "ha_leases = false" in out, out[-2000:]
     finally:
         env.close()
+
+
+def test_the_overlap_check_finds_an_overlap(tmp_path):
+    """assert_never_two_at_once on made-up logs: two processes on one cluster
+    at once is caught, one after the other is not; a process killed in the
+    middle ends at its last line."""
+    c = "5b7c6a52-6f3e-4b8a-9d3e-0f6a1b2c3d4e"
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text("2026-01-01T00:00:00.000001Z  INFO magnum-conductor starting\n"
+                 f"2026-01-01T00:00:01.000000Z  INFO operation begins cluster={c} operation=\"create\"\n"
+                 "2026-01-01T00:00:03.000000Z  INFO cluster objects applied\n")
+    b.write_text("2026-01-01T00:00:00.000002Z  INFO magnum-conductor starting\n"
+                 f"2026-01-01T00:00:04.000000Z  INFO operation begins cluster={c} operation=\"create\"\n"
+                 f"2026-01-01T00:00:05.000000Z  INFO operation ends cluster={c} operation=\"create\"\n")
+    assert assert_never_two_at_once([a, b]) == 2
+    b.write_text(b.read_text().replace("00:00:04", "00:00:02"))
+    with pytest.raises(AssertionError, match="drove it until"):
+        assert_never_two_at_once([a, b])

@@ -541,8 +541,27 @@ impl Group<'_> {
 /// oslo.config's `$opt` / `${group.opt}` substitution against values set in
 /// the files (`safe_substitute`: unknown names stay as written; `$$` and
 /// `\$` are a literal `$`).
+///
+/// Bounded: references nested deeper than 8, or expanding the value past
+/// [`MAX_INTERPOLATED`] bytes (`a = $b$b$b`, `b = $c$c$c`... grows
+/// exponentially: found by fuzzing), are left as written, with a warning.
 pub fn interpolate(layered: &Layered, group: &str, value: &str, depth: usize) -> String {
-    if !value.contains('$') || depth > 8 {
+    let mut budget = MAX_INTERPOLATED;
+    let out = expand(layered, group, value, depth, &mut budget);
+    if budget == 0 {
+        tracing::warn!(
+            group,
+            "a value's $-references expand past {MAX_INTERPOLATED} bytes: the rest is left unexpanded"
+        );
+    }
+    out
+}
+
+/// The most an interpolated value may grow to.
+pub const MAX_INTERPOLATED: usize = 64 * 1024;
+
+fn expand(layered: &Layered, group: &str, value: &str, depth: usize, budget: &mut usize) -> String {
+    if !value.contains('$') || depth > 8 || *budget == 0 {
         return value.to_string();
     }
     let value = value.replace("\\$", "$$");
@@ -584,11 +603,20 @@ pub fn interpolate(layered: &Layered, group: &str, value: &str, depth: usize) ->
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
         let found = valid.then(|| lookup(layered, group, name)).flatten();
         match found {
-            Some(v) => {
-                out.push_str(&interpolate(layered, group, &v, depth + 1));
+            Some(v) if *budget > 0 => {
+                let e = expand(layered, group, &v, depth + 1, budget);
+                if e.len() > *budget {
+                    // Over budget: this reference stays as written.
+                    *budget = 0;
+                    out.push('$');
+                    rest = after;
+                    continue;
+                }
+                *budget -= e.len();
+                out.push_str(&e);
                 rest = &after[consumed..];
             }
-            None => {
+            _ => {
                 out.push('$');
                 rest = after;
             }
@@ -1170,6 +1198,21 @@ mod tests {
         assert_eq!(c.conductor.topic, "node7-topic");
         let c = conf("[DEFAULT]\nhost = a$$b\\$c$unknown\n").unwrap();
         assert_eq!(c.default.host.as_deref(), Some("a$b$c$unknown"));
+    }
+
+    #[test]
+    fn interpolation_that_explodes_is_bounded() {
+        // Each level references the next eight times: 8^8 copies of "x"
+        // (16 MiB) unbounded. Found by the oslo_config fuzz target.
+        let mut text = String::from("[DEFAULT]\n");
+        for l in 0..8 {
+            text.push_str(&format!("v{l} = {}\n", format!("$v{} ", l + 1).repeat(8)));
+        }
+        text.push_str("v8 = xx\nhost = $v0\n");
+        let c = conf(&text).unwrap();
+        let host = c.default.host.unwrap_or_default();
+        assert!(host.len() <= MAX_INTERPOLATED + 64, "{} bytes", host.len());
+        assert!(host.contains("$v"), "the rest is left as written");
     }
 
     #[test]

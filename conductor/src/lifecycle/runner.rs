@@ -236,6 +236,9 @@ impl<'a> Run<'a> {
             Ok(h) => {
                 run._lease = Some(h);
                 run._held = Some(engine.lock(uuid).lock_owned().await);
+                // With "operation ends" (on drop, before the Lease goes):
+                // who drove which cluster when, across conductors.
+                tracing::info!(cluster = %uuid, operation = op.name(), "operation begins");
             }
             Err(e) => {
                 engine
@@ -365,6 +368,14 @@ impl<'a> Run<'a> {
                 self.recorded();
                 Outcome::Failure(e.to_failure())
             }
+        }
+    }
+}
+
+impl Drop for Run<'_> {
+    fn drop(&mut self) {
+        if self._held.is_some() {
+            tracing::info!(cluster = %self.uuid, operation = self.op.name(), "operation ends");
         }
     }
 }
