@@ -14,6 +14,7 @@
 pub mod amqp;
 pub mod ca;
 pub mod capi;
+pub mod check;
 pub mod dedup;
 pub mod failpoint;
 pub mod handlers;

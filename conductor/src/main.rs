@@ -36,6 +36,11 @@ enum Command {
         #[arg(long, default_value = db::schema::REV_23)]
         revision: String,
     },
+    /// Check what startup needs (config, database and schema revision,
+    /// broker, management cluster and its Cluster API resources, Leases,
+    /// Keystone, addon charts): one line each, with a fix for a failure.
+    /// Exit 0 when nothing failed, 1 otherwise.
+    Check,
 }
 
 fn init_logging(debug: bool) {
@@ -49,6 +54,18 @@ fn init_logging(debug: bool) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
+        .try_init();
+}
+
+/// `check` prints its report on stdout; only warnings of its own go to
+/// stderr (a failed broker login makes lapin log errors: the report says it).
+fn init_check_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            "warn,lapin=off,amq_protocol=off",
+        ))
+        .with_target(false)
+        .with_writer(std::io::stderr)
         .try_init();
 }
 
@@ -97,7 +114,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_logging(cfg.default.debug);
+    if matches!(args.command, Some(Command::Check)) {
+        init_check_logging();
+    } else {
+        init_logging(cfg.default.debug);
+    }
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -111,6 +132,20 @@ fn main() -> ExitCode {
     };
     match args.command {
         Some(Command::DbCreate { revision }) => runtime.block_on(db_create(cfg, revision)),
+        Some(Command::Check) => runtime.block_on(async {
+            let lines = conductor::check::run(&cfg).await;
+            for l in &lines {
+                println!("{}", l.render());
+            }
+            if lines
+                .iter()
+                .any(|l| l.status == conductor::check::Status::Fail)
+            {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
+        }),
         None => runtime.block_on(run(cfg)),
     }
 }

@@ -282,6 +282,19 @@ impl Keystone {
         }
     }
 
+    /// `check`: the conductor's own credentials get a token (what was
+    /// authenticated, never the token).
+    pub async fn check(&self) -> Result<String, KeystoneError> {
+        let (url, _token) = self.service_token().await?;
+        let who = self
+            .auth
+            .username
+            .as_deref()
+            .or(self.auth.user_id.as_deref())
+            .unwrap_or("?");
+        Ok(format!("{url}: a token issued for {who}"))
+    }
+
     /// A token for the conductor itself (`[keystone_auth]`, password).
     async fn service_token(&self) -> Result<(String, Secret), KeystoneError> {
         let a = &self.auth;

@@ -1,0 +1,386 @@
+//! `magnum-conductor check`: what startup needs, one line per check with a
+//! hint when it fails, before an operator cuts over (and as the
+//! openstack-ansible role's gate). Exit status 0 only when nothing failed.
+//!
+//! Each check tries once, quickly (no startup retries), and prints URLs
+//! redacted: no password, token or secret reaches the output.
+
+use std::time::Duration;
+
+use common::config::Config;
+use common::db::Db;
+
+use crate::capi::render::CapiLine;
+
+/// One line of the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    pub status: Status,
+    pub what: &'static str,
+    pub detail: String,
+    /// How to fix it (failures only).
+    pub hint: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Ok,
+    Fail,
+    Skip,
+}
+
+impl Line {
+    fn ok(what: &'static str, detail: impl Into<String>) -> Line {
+        Line {
+            status: Status::Ok,
+            what,
+            detail: detail.into(),
+            hint: None,
+        }
+    }
+    fn fail(what: &'static str, detail: impl Into<String>, hint: impl Into<String>) -> Line {
+        Line {
+            status: Status::Fail,
+            what,
+            detail: detail.into(),
+            hint: Some(hint.into()),
+        }
+    }
+    fn skip(what: &'static str, detail: impl Into<String>) -> Line {
+        Line {
+            status: Status::Skip,
+            what,
+            detail: detail.into(),
+            hint: None,
+        }
+    }
+
+    /// `OK    database    ...` (and `      fix: ...` under a failure).
+    pub fn render(&self) -> String {
+        let word = match self.status {
+            Status::Ok => "OK",
+            Status::Fail => "FAIL",
+            Status::Skip => "SKIP",
+        };
+        let mut s = format!("{word:<5} {:<11} {}", self.what, self.detail);
+        if let Some(h) = &self.hint {
+            s.push_str(&format!("\n      fix: {h}"));
+        }
+        s
+    }
+}
+
+/// The resources the conductor writes or watches, by CAPI line: (group
+/// version, plural, provider).
+pub fn required_resources(line: CapiLine) -> Vec<(&'static str, &'static str, &'static str)> {
+    let (capi, kcp, bootstrap) = match line {
+        CapiLine::V1beta1 => (
+            "cluster.x-k8s.io/v1beta1",
+            "controlplane.cluster.x-k8s.io/v1beta1",
+            "bootstrap.cluster.x-k8s.io/v1beta1",
+        ),
+        CapiLine::V1beta2 => (
+            "cluster.x-k8s.io/v1beta2",
+            "controlplane.cluster.x-k8s.io/v1beta2",
+            "bootstrap.cluster.x-k8s.io/v1beta2",
+        ),
+    };
+    let infra = "infrastructure.cluster.x-k8s.io/v1beta1";
+    let addons = "addons.cluster.x-k8s.io/v1alpha1";
+    vec![
+        (capi, "clusters", "Cluster API"),
+        (capi, "machinedeployments", "Cluster API"),
+        (capi, "machines", "Cluster API"),
+        (capi, "machinehealthchecks", "Cluster API"),
+        (
+            kcp,
+            "kubeadmcontrolplanes",
+            "Cluster API kubeadm control plane",
+        ),
+        (
+            bootstrap,
+            "kubeadmconfigtemplates",
+            "Cluster API kubeadm bootstrap",
+        ),
+        (infra, "openstackclusters", "CAPO"),
+        (infra, "openstackmachinetemplates", "CAPO"),
+        (
+            addons,
+            "helmchartproxies",
+            "the Cluster API Helm addon provider",
+        ),
+        (
+            addons,
+            "helmreleaseproxies",
+            "the Cluster API Helm addon provider",
+        ),
+    ]
+}
+
+/// Which of `required` the served (group version, plural) pairs lack (pure).
+pub fn missing<'a>(
+    required: &'a [(&'static str, &'static str, &'static str)],
+    served: &[(String, String)],
+) -> Vec<&'a (&'static str, &'static str, &'static str)> {
+    required
+        .iter()
+        .filter(|(gv, plural, _)| !served.iter().any(|(g, p)| g == gv && p == plural))
+        .collect()
+}
+
+/// Run every check.
+pub async fn run(cfg: &Config) -> Vec<Line> {
+    let mut out = vec![Line::ok(
+        "config",
+        format!("{} parsed", cfg.files.join(", ")),
+    )];
+    out.push(database(cfg).await);
+    out.push(broker(cfg).await);
+    out.extend(management(cfg).await);
+    out.push(keystone(cfg).await);
+    out.push(charts(cfg));
+    out
+}
+
+async fn database(cfg: &Config) -> Line {
+    let mut opts = cfg.database.clone();
+    opts.max_retries = 0;
+    opts.pool_timeout = 5;
+    let url = common::db::DbUrl::parse(opts.connection.expose())
+        .map(|u| u.redacted())
+        .unwrap_or_else(|_| "[database] connection".into());
+    match tokio::time::timeout(Duration::from_secs(15), Db::connect(&opts)).await {
+        Ok(Ok(db)) => {
+            let s = &db.schema;
+            db.pool.close().await;
+            Line::ok(
+                "database",
+                format!("{url}: schema revision {} accepted", s.revision),
+            )
+        }
+        Ok(Err(e)) => Line::fail(
+            "database",
+            {
+                let e = e.to_string();
+                if e.contains(&url) {
+                    e
+                } else {
+                    format!("{url}: {e}")
+                }
+            },
+            "check [database] connection (host, credentials, TLS); the schema must be Magnum's \
+             (magnum-db-manage upgrade) at a revision this conductor supports",
+        ),
+        Err(_) => Line::fail(
+            "database",
+            format!("{url}: no answer within 15 s"),
+            "check that the database host is reachable from this host",
+        ),
+    }
+}
+
+async fn broker(cfg: &Config) -> Line {
+    let targets = crate::amqp::targets(cfg);
+    let mut errors = Vec::new();
+    for t in &targets {
+        match tokio::time::timeout(Duration::from_secs(10), crate::amqp::connect(cfg, t)).await {
+            Ok(Ok(conn)) => {
+                let _ = conn.close(200, "magnum-conductor check".into()).await;
+                return Line::ok("broker", format!("{}: connected", t.label));
+            }
+            Ok(Err(e)) => errors.push(e.to_string()),
+            Err(_) => errors.push(format!("{}: no answer within 10 s", t.label)),
+        }
+    }
+    Line::fail(
+        "broker",
+        errors.join("; "),
+        "check [DEFAULT] transport_url (user, password, virtual host) and \
+         [oslo_messaging_rabbit] ssl options",
+    )
+}
+
+async fn management(cfg: &Config) -> Vec<Line> {
+    let client = match crate::mgmt::client(&cfg.capi).await {
+        Ok(c) => c,
+        Err(e) => {
+            if cfg.capi.kubeconfig.is_none() {
+                return vec![Line::skip(
+                    "management",
+                    format!(
+                        "no [capi] kubeconfig and none found ({e}): cluster operations would answer NotSupported"
+                    ),
+                )];
+            }
+            return vec![Line::fail(
+                "management",
+                e.to_string(),
+                "check [capi] kubeconfig (path, contexts, credentials)",
+            )];
+        }
+    };
+    let line = match tokio::time::timeout(
+        Duration::from_secs(15),
+        crate::mgmt::detect_line(&client, cfg.capi.api_version),
+    )
+    .await
+    {
+        Ok(Ok(l)) => l,
+        Ok(Err(e)) => {
+            return vec![Line::fail(
+                "management",
+                e.to_string(),
+                "check that the kubeconfig's apiserver is reachable and that Cluster API is installed",
+            )];
+        }
+        Err(_) => {
+            return vec![Line::fail(
+                "management",
+                "the apiserver did not answer within 15 s",
+                "check that the kubeconfig's apiserver is reachable from this host",
+            )];
+        }
+    };
+    let required = required_resources(line);
+    let mut served = Vec::new();
+    let mut gvs: Vec<&str> = required.iter().map(|(gv, _, _)| *gv).collect();
+    gvs.dedup();
+    for gv in gvs {
+        if let Ok(list) = client.list_api_group_resources(gv).await {
+            served.extend(list.resources.into_iter().map(|r| (gv.to_string(), r.name)));
+        }
+    }
+    let lacking = missing(&required, &served);
+    let mut out = vec![if lacking.is_empty() {
+        Line::ok(
+            "management",
+            format!(
+                "Cluster API {} line: all {} resources served",
+                match line {
+                    CapiLine::V1beta1 => "v1beta1",
+                    CapiLine::V1beta2 => "v1beta2",
+                },
+                required.len()
+            ),
+        )
+    } else {
+        let mut providers: Vec<&str> = lacking.iter().map(|(_, _, p)| *p).collect();
+        providers.dedup();
+        Line::fail(
+            "management",
+            format!(
+                "not served: {}",
+                lacking
+                    .iter()
+                    .map(|(gv, p, _)| format!("{p}.{gv}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            format!("install or upgrade {}", providers.join(", ")),
+        )
+    }];
+    if cfg.capi.ha_leases {
+        out.push(
+            match crate::lifecycle::lease::prepare(&client, &cfg.capi.lease_namespace).await {
+                Ok(()) => Line::ok(
+                    "leases",
+                    format!("namespace {} usable", cfg.capi.lease_namespace),
+                ),
+                Err(e) => Line::fail(
+                    "leases",
+                    format!("namespace {}: {e}", cfg.capi.lease_namespace),
+                    "grant get, list, create, update and delete on leases there, or set \
+                     [capi] ha_leases = false for a lone conductor",
+                ),
+            },
+        );
+    }
+    out
+}
+
+async fn keystone(cfg: &Config) -> Line {
+    let ka = &cfg.keystone_auth;
+    if ka.auth_url.is_none() || (ka.username.is_none() && ka.user_id.is_none()) {
+        return Line::skip(
+            "keystone",
+            if cfg.capi.static_application_credential_id.is_some() {
+                "no [keystone_auth] credentials: clusters get the static application credential"
+            } else {
+                "no [keystone_auth] credentials configured"
+            },
+        );
+    }
+    match crate::lifecycle::keystone::Keystone::new(ka.clone()) {
+        Ok(k) => match tokio::time::timeout(Duration::from_secs(15), k.check()).await {
+            Ok(Ok(who)) => Line::ok("keystone", who),
+            Ok(Err(e)) => Line::fail(
+                "keystone",
+                e.to_string(),
+                "check [keystone_auth] (auth_url, user, password, domains, project)",
+            ),
+            Err(_) => Line::fail(
+                "keystone",
+                "no answer within 15 s",
+                "check that [keystone_auth] auth_url is reachable from this host",
+            ),
+        },
+        Err(e) => Line::fail("keystone", e.to_string(), "check [keystone_auth]"),
+    }
+}
+
+fn charts(cfg: &Config) -> Line {
+    let c = &cfg.capi;
+    let list = [
+        ("calico", &c.calico_chart),
+        ("cilium", &c.cilium_chart),
+        ("occm", &c.occm_chart),
+        ("cinder-csi", &c.cinder_csi_chart),
+    ];
+    Line::ok(
+        "charts",
+        list.iter()
+            .map(|(n, (repo, chart, version))| format!("{n} {chart} {version} from {repo}"))
+            .collect::<Vec<_>>()
+            .join("; "),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_names_what_is_not_served() {
+        let req = required_resources(CapiLine::V1beta1);
+        let mut served: Vec<(String, String)> = req
+            .iter()
+            .map(|(gv, p, _)| (gv.to_string(), p.to_string()))
+            .collect();
+        assert!(missing(&req, &served).is_empty());
+        served.retain(|(gv, _)| !gv.starts_with("addons."));
+        let m = missing(&req, &served);
+        assert_eq!(
+            m.iter().map(|(_, p, _)| *p).collect::<Vec<_>>(),
+            ["helmchartproxies", "helmreleaseproxies"]
+        );
+        // v1beta2 writes other versions: a v1beta1-only install lacks them.
+        let v2 = required_resources(CapiLine::V1beta2);
+        let v1_only: Vec<(String, String)> = req
+            .iter()
+            .map(|(gv, p, _)| (gv.to_string(), p.to_string()))
+            .collect();
+        assert_eq!(missing(&v2, &v1_only).len(), 6);
+    }
+
+    #[test]
+    fn lines_render_with_a_hint_on_failure() {
+        assert_eq!(
+            Line::ok("database", "db: ok").render(),
+            "OK    database    db: ok"
+        );
+        assert_eq!(
+            Line::fail("broker", "refused", "check it").render(),
+            "FAIL  broker      refused\n      fix: check it"
+        );
+    }
+}

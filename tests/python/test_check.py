@@ -1,0 +1,92 @@
+"""`magnum-conductor check`: the preflight an operator (or the deploy role's
+gate) runs before cutting over. One line per check; a failure names the
+problem, says how to fix it, exits non-zero, and prints no secret."""
+import re
+import subprocess
+
+import pymysql
+import pytest
+
+from conftest import CONDUCTOR_BIN
+from test_lifecycle import Env
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    e = Env(tmp_path_factory.mktemp("check"), "v1beta1")
+    # The checks need no running conductor (and none may eat a sim fault).
+    e.conductor.stop()
+    yield e
+    e.close()
+
+
+def check(conf):
+    p = subprocess.run([CONDUCTOR_BIN, "--config-file", conf, "check"], capture_output=True, text=True, timeout=120)
+    lines = {m.group(2): (m.group(1), m.group(3))
+             for m in re.finditer(r"^(OK|FAIL|SKIP)\s+(\S+)\s+(.*)$", p.stdout, re.M)}
+    return p.returncode, lines, p.stdout + p.stderr
+
+
+def variant(env, name, old, new):
+    text = open(env.conf).read()
+    assert old in text
+    path = str(env.tmp / f"{name}.conf")
+    open(path, "w").write(text.replace(old, new))
+    return path
+
+
+def test_a_good_setup_passes(env):
+    rc, lines, out = check(env.conf)
+    assert rc == 0, out
+    assert {k: v[0] for k, v in lines.items()} == {
+        "config": "OK", "database": "OK", "broker": "OK", "management": "OK", "leases": "OK",
+        "keystone": "SKIP", "charts": "OK"}, out
+    assert "schema revision b3e1cf4a2d5e accepted" in lines["database"][1]
+    assert "v1beta1 line: all 10 resources served" in lines["management"][1]
+
+
+def test_database_at_an_unknown_revision(env):
+    db = re.search(r"/(mc_\w+)\?", open(env.conf).read()).group(1)
+    conn = pymysql.connect(host="127.0.0.1", user="root", database=db, autocommit=True)
+    try:
+        conn.cursor().execute("UPDATE alembic_version SET version_num = 'f00dcafe1234'")
+        rc, lines, out = check(env.conf)
+    finally:
+        conn.cursor().execute("UPDATE alembic_version SET version_num = 'b3e1cf4a2d5e'")
+        conn.close()
+    assert rc == 1
+    assert lines["database"][0] == "FAIL" and "f00dcafe1234" in lines["database"][1], out
+    assert "fix: " in out
+    assert [k for k, v in lines.items() if v[0] == "FAIL"] == ["database"], out
+
+
+def test_wrong_broker_password(env):
+    conf = variant(env, "badpw", "rabbit://guest:guest@", "rabbit://guest:Wr0ng-s3cret@")
+    rc, lines, out = check(conf)
+    assert rc == 1
+    assert lines["broker"][0] == "FAIL", out
+    assert "Wr0ng-s3cret" not in out, "no secret printed"
+    assert [k for k, v in lines.items() if v[0] == "FAIL"] == ["broker"], out
+
+
+def test_missing_crds(env):
+    # The Helm addon provider is not installed: its group is not served.
+    env.sim.post("/_sim/faults", {"method": "GET", "path": "/apis/addons.cluster.x-k8s.io/v1alpha1",
+                                  "client": "magnum-conductor", "times": 1,
+                                  "action": {"kind": "error", "code": 404}})
+    rc, lines, out = check(env.conf)
+    assert rc == 1
+    assert lines["management"][0] == "FAIL", out
+    assert "helmchartproxies.addons.cluster.x-k8s.io/v1alpha1" in lines["management"][1], out
+    assert "install or upgrade the Cluster API Helm addon provider" in out
+
+
+def test_unreachable_apiserver(env):
+    kc = open(env.sim.kubeconfig).read()
+    bad = env.tmp / "unreachable.kubeconfig"
+    bad.write_text(re.sub(r"server: \S+", "server: https://127.0.0.1:9", kc))
+    conf = variant(env, "noapi", f"kubeconfig = {env.sim.kubeconfig}", f"kubeconfig = {bad}")
+    rc, lines, out = check(conf)
+    assert rc == 1
+    assert lines["management"][0] == "FAIL", out
+    assert [k for k, v in lines.items() if v[0] == "FAIL"] == ["management"], out
