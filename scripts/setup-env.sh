@@ -81,6 +81,17 @@ install_driver() {  # install_driver DIR: (re)install deploy/magnum-driver when 
     echo "$sum" > "$stamp"
   fi
 }
+# Prometheus + promtool (tests/python/test_prometheus.py): Debian's package,
+# unpacked into the cache rather than installed (no service is started).
+PROM_DIR="${PROMETHEUS_DIR:-$HOME/.cache/magnum-conductor-rs/prometheus}"
+if [ ! -x "$PROM_DIR/usr/bin/prometheus" ] || [ ! -x "$PROM_DIR/usr/bin/promtool" ]; then
+  log "fetching Prometheus (Debian package, unpacked into $PROM_DIR)"
+  tmp="$(mktemp -d)"; chmod 777 "$tmp"
+  (cd "$tmp" && { apt-get download prometheus >/dev/null 2>&1 || { $SUDO apt-get update -qq && apt-get download prometheus >/dev/null 2>&1; }; })
+  mkdir -p "$PROM_DIR"
+  dpkg -x "$tmp"/prometheus_*.deb "$PROM_DIR"
+  rm -rf "$tmp"
+fi
 make_venv "$VENV" "$PY_REQS"
 make_venv "$VENV22" "$PY22_REQS"
 make_venv "$KS_VENV" "$KS_REQS"
@@ -88,4 +99,4 @@ make_venv "$API_VENV" "$API_REQS"
 make_venv "$API22_VENV" "$API22_REQS"
 install_driver "$API_VENV"
 install_driver "$API22_VENV"
-echo "export MAGNUM_VENV=$VENV MAGNUM22_VENV=$VENV22 KEYSTONE_VENV=$KS_VENV MAGNUM_API_VENV=$API_VENV MAGNUM22_API_VENV=$API22_VENV"
+echo "export MAGNUM_VENV=$VENV MAGNUM22_VENV=$VENV22 KEYSTONE_VENV=$KS_VENV MAGNUM_API_VENV=$API_VENV MAGNUM22_API_VENV=$API22_VENV PROMETHEUS_DIR=$PROM_DIR"

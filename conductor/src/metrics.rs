@@ -59,6 +59,11 @@ pub struct Metrics {
     pub status_deferred: IntCounter,
     /// Times the status-kick queue was full (the worker then does a full pass).
     pub kick_overflows: IntCounter,
+    /// Magnum clusters by status (the status leader exports it; others 0 series).
+    pub clusters: IntGaugeVec,
+    /// Seconds since the least recently changed `*_IN_PROGRESS` cluster row
+    /// changed (0: none in progress; the leader exports it).
+    pub oldest_in_progress: IntGauge,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> T {
@@ -268,6 +273,22 @@ impl Metrics {
                 IntCounter::new(
                     "kick_queue_overflows_total",
                     "Times the status-kick queue was full (a full pass follows; nothing is lost).",
+                )
+                .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            clusters: reg(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new("clusters", "Magnum clusters by status (exported by the status leader)."),
+                    &["status"],
+                )
+                .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            oldest_in_progress: reg(
+                &registry,
+                IntGauge::new(
+                    "cluster_oldest_in_progress_seconds",
+                    "Seconds since the least recently changed *_IN_PROGRESS cluster row changed (status leader).",
                 )
                 .unwrap_or_else(|_| unreachable_metric()),
             ),

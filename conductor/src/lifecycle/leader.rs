@@ -19,6 +19,9 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::engine::Engine;
+
+/// How often the leader counts the clusters by status (metrics).
+const CENSUS_EVERY: Duration = Duration::from_secs(30);
 use super::watch::Kick;
 
 impl Engine {
@@ -41,6 +44,7 @@ impl Engine {
         tokio::spawn(leases.clone().campaign(move || signal.notify_one()));
         let every = (leases.duration() / 3).max(Duration::from_secs(1));
         let mut known = Vec::new();
+        let mut last_census = std::time::Instant::now() - CENSUS_EVERY;
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -55,7 +59,15 @@ impl Engine {
                     let leading = leases.is_leader();
                     self.0.metrics.leader.set(i64::from(leading));
                     if !leading {
+                        self.0.metrics.clusters.reset();
+                        self.0.metrics.oldest_in_progress.set(0);
                         continue;
+                    }
+                    if last_census.elapsed() >= CENSUS_EVERY {
+                        last_census = std::time::Instant::now();
+                        if let Err(e) = self.census().await {
+                            tracing::warn!(error = %e, "cannot count the clusters by status");
+                        }
                     }
                     match leases.scan(&mut known).await {
                         Ok((orphans, ended)) => {
@@ -71,6 +83,31 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// `clusters{status}` and `cluster_oldest_in_progress_seconds` from
+    /// the database (two small aggregate queries).
+    async fn census(&self) -> Result<(), sqlx::Error> {
+        let pool = &self.0.db.pool;
+        let rows: Vec<(Option<String>, i64)> =
+            sqlx::query_as("SELECT status, COUNT(*) FROM cluster GROUP BY status")
+                .fetch_all(pool)
+                .await?;
+        let m = &self.0.metrics;
+        m.clusters.reset();
+        for (status, n) in rows {
+            m.clusters
+                .with_label_values(&[status.as_deref().unwrap_or("NULL")])
+                .set(n);
+        }
+        let oldest: Option<i64> = sqlx::query_scalar(
+            "SELECT TIMESTAMPDIFF(SECOND, MIN(COALESCE(updated_at, created_at)), UTC_TIMESTAMP()) \
+             FROM cluster WHERE status LIKE '%\\_IN\\_PROGRESS'",
+        )
+        .fetch_one(pool)
+        .await?;
+        m.oldest_in_progress.set(oldest.unwrap_or(0).max(0));
+        Ok(())
     }
 
     /// At shutdown (in-flight requests done): hand the leadership over.
