@@ -21,6 +21,7 @@ pub mod handlers;
 pub mod http;
 pub mod indirection;
 pub mod lifecycle;
+pub mod logging;
 pub mod metrics;
 pub mod mgmt;
 pub mod notify;

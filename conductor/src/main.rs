@@ -114,11 +114,18 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if matches!(args.command, Some(Command::Check)) {
+    let log_handle = if matches!(args.command, Some(Command::Check)) {
         init_check_logging();
+        conductor::logging::Handle::default()
     } else {
-        init_logging(cfg.default.debug);
-    }
+        match conductor::logging::init(&cfg.default) {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("magnum-conductor: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    };
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -146,7 +153,7 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
         }),
-        None => runtime.block_on(run(cfg)),
+        None => runtime.block_on(run(cfg, log_handle)),
     }
 }
 
@@ -286,7 +293,23 @@ async fn start_lifecycle(
     ))
 }
 
-async fn run(cfg: Config) -> ExitCode {
+/// SIGHUP: reopen the log file (logrotate), as oslo.log's WatchedFileHandler
+/// would notice. Also keeps SIGHUP from terminating the process.
+fn reopen_logs_on_sighup(handle: conductor::logging::Handle) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            return;
+        };
+        while hup.recv().await.is_some() {
+            handle.reopen();
+        }
+    });
+}
+
+async fn run(cfg: Config, log_handle: conductor::logging::Handle) -> ExitCode {
+    reopen_logs_on_sighup(log_handle);
     if let Err(e) = cfg.cert_manager.check() {
         eprintln!("magnum-conductor: {e}");
         return ExitCode::from(2);

@@ -14,6 +14,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 use common::config::Config;
 use futures_util::StreamExt;
@@ -598,10 +599,20 @@ async fn run_handler<H: Handlers>(
         durable,
     };
     let handlers = shared.handlers.clone();
-    let mut task = tokio::spawn(async move {
-        crate::failpoint::delay("handle", method).await;
-        handlers.handle(req).await
-    });
+    // Every line of this request's work carries its request id (as oslo.log
+    // puts it in each line of a request's context).
+    let span = tracing::info_span!(
+        "request",
+        request_id = incoming.context.request_id().unwrap_or("-"),
+        method
+    );
+    let mut task = tokio::spawn(
+        async move {
+            crate::failpoint::delay("handle", method).await;
+            handlers.handle(req).await
+        }
+        .instrument(span),
+    );
     let heartbeat_every = incoming
         .call_monitor_timeout
         .map(|t| t.trunc() / 2.0)

@@ -48,6 +48,17 @@ pub struct DefaultOpts {
     pub executor_thread_pool_size: usize,
     /// Seconds between service heartbeats (oslo.service's periodic default).
     pub periodic_interval_max: u64,
+    /// oslo.log: `log_file` (joined to `log_dir` when relative).
+    pub log_file: Option<String>,
+    pub log_dir: Option<String>,
+    /// Also log to stderr when logging to a file or the journal.
+    pub use_stderr: bool,
+    /// One JSON object per line (oslo.log's JSONFormatter role).
+    pub use_json: bool,
+    /// Native systemd journal protocol.
+    pub use_journal: bool,
+    /// `target=LEVEL` pairs (oslo.log's `default_log_levels`).
+    pub default_log_levels: Vec<String>,
 }
 
 /// `[conductor]` options.
@@ -324,6 +335,12 @@ const KNOWN: &[(&str, &[&str])] = &[
             "rpc_ping_enabled",
             "executor_thread_pool_size",
             "periodic_interval_max",
+            "log_file",
+            "log_dir",
+            "use_stderr",
+            "use_json",
+            "use_journal",
+            "default_log_levels",
         ],
     ),
     (
@@ -701,6 +718,12 @@ impl Config {
                 Some(100_000),
             )? as usize,
             periodic_interval_max: d.int("periodic_interval_max", 60, Some(1), None)? as u64,
+            log_file: d.opt_string("log_file"),
+            log_dir: d.opt_string("log_dir"),
+            use_stderr: d.boolean("use_stderr", false)?,
+            use_json: d.boolean("use_json", false)?,
+            use_journal: d.boolean("use_journal", false)?,
+            default_log_levels: d.list("default_log_levels", &[]),
         };
         let db = Group {
             layered,
