@@ -92,11 +92,15 @@ if [ ! -x "$PROM_DIR/usr/bin/prometheus" ] || [ ! -x "$PROM_DIR/usr/bin/promtool
   dpkg -x "$tmp"/prometheus_*.deb "$PROM_DIR"
   rm -rf "$tmp"
 fi
+# ansible-core for the deploy role's test (tests/python/test_ansible.py).
+ANS_VENV="${ANSIBLE_VENV:-$HOME/.cache/magnum-conductor-rs/venv-ansible-core-2.17}"
+ANS_REQS="ansible-core>=2.17,<2.18"
 make_venv "$VENV" "$PY_REQS"
 make_venv "$VENV22" "$PY22_REQS"
 make_venv "$KS_VENV" "$KS_REQS"
 make_venv "$API_VENV" "$API_REQS"
 make_venv "$API22_VENV" "$API22_REQS"
+make_venv "$ANS_VENV" "$ANS_REQS"
 install_driver "$API_VENV"
 install_driver "$API22_VENV"
-echo "export MAGNUM_VENV=$VENV MAGNUM22_VENV=$VENV22 KEYSTONE_VENV=$KS_VENV MAGNUM_API_VENV=$API_VENV MAGNUM22_API_VENV=$API22_VENV PROMETHEUS_DIR=$PROM_DIR"
+echo "export MAGNUM_VENV=$VENV MAGNUM22_VENV=$VENV22 KEYSTONE_VENV=$KS_VENV MAGNUM_API_VENV=$API_VENV MAGNUM22_API_VENV=$API22_VENV PROMETHEUS_DIR=$PROM_DIR ANSIBLE_VENV=$ANS_VENV"
