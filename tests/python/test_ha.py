@@ -7,8 +7,8 @@ operations (on any conductor) and the leader's status passes exclusive; a
 conductor that dies holding one is taken over by the leader after the Lease
 was not renewed for `lease_duration` (5 s here).
 
-- test_three_conductors_share_the_work: creates and deletes spread over three
-  processes by RabbitMQ; all converge, each cluster has exactly one of each
+- test_conductors_share_the_work (two, then three conductors): creates and
+  deletes spread over the processes by RabbitMQ; all converge, each cluster has exactly one of each
   object, nothing is left (rows, keypairs, Secrets, Leases), exactly one
   leader, and every conductor handled some of the requests.
 - test_owner_killed_mid_create_another_finishes: the conductor driving a
@@ -120,7 +120,15 @@ def ha(tmp_path):
     e.close()
 
 
-def test_three_conductors_share_the_work(ha):
+@pytest.fixture(params=[2, 3])
+def fleet(request, tmp_path):
+    e = HaEnv(tmp_path, request.param)
+    yield e
+    e.close()
+
+
+def test_conductors_share_the_work(fleet):
+    ha = fleet
     n = int(os.environ.get("HA_CLUSTERS", "9"))
     before = ha.client("get", "00000000-0000-0000-0000-000000000000")["x509keypairs"]
     uuids = [ha.client("create", ha.template, json.dumps({"master_count": 1, "node_count": 1}))["uuid"]

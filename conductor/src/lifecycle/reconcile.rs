@@ -292,6 +292,16 @@ impl Engine {
             observed.cluster.is_some(),
             &autoscaled,
         );
+        // A pass that lost the cluster's Lease meanwhile (its renewals failed
+        // for a whole duration) writes nothing: another conductor may own it.
+        if let Some(l) = &_lease
+            && !l.valid()
+        {
+            return Err(StepError::Busy {
+                cluster: uuid.clone(),
+                why: "this conductor lost the cluster's lease during the status pass".into(),
+            });
+        }
         // Nodegroups first, the cluster last (see [`sync::RowChanges::writes`]).
         let mut moved = false;
         for w in ch.writes() {
