@@ -82,9 +82,10 @@ def operation_intervals(log_paths):
                     out.append((c, start, last, proc))
                 open_ops, proc = {}, f"{path}@{ts}"
             cm = re.search(r"cluster=([0-9a-f-]{36})", text)
-            if cm and text.startswith("operation begins"):
+            # (A request's lines start with its span: `request{request_id=...}: `.)
+            if cm and re.search(r"\boperation begins\b", text):
                 open_ops[cm.group(1)] = ts
-            elif cm and text.startswith("operation ends") and cm.group(1) in open_ops:
+            elif cm and re.search(r"\boperation ends\b", text) and cm.group(1) in open_ops:
                 out.append((cm.group(1), open_ops.pop(cm.group(1)), ts, proc))
             last = ts
     return out
@@ -223,7 +224,7 @@ def test_the_overlap_check_finds_an_overlap(tmp_path):
                  f"2026-01-01T00:00:01.000000Z  INFO operation begins cluster={c} operation=\"create\"\n"
                  "2026-01-01T00:00:03.000000Z  INFO cluster objects applied\n")
     b.write_text("2026-01-01T00:00:00.000002Z  INFO magnum-conductor starting\n"
-                 f"2026-01-01T00:00:04.000000Z  INFO operation begins cluster={c} operation=\"create\"\n"
+                 f"2026-01-01T00:00:04.000000Z  INFO request{{request_id=req-1}}: operation begins cluster={c} operation=\"create\"\n"
                  f"2026-01-01T00:00:05.000000Z  INFO operation ends cluster={c} operation=\"create\"\n")
     assert assert_never_two_at_once([a, b]) == 2
     b.write_text(b.read_text().replace("00:00:04", "00:00:02"))
