@@ -86,7 +86,6 @@ pub enum Verdict {
 /// The verdict on a Lease record. `unchanged_for`: how long this process
 /// has seen the same record (resourceVersion).
 pub fn verdict(
-    me: &str,
     lease: Option<&Lease>,
     unchanged_for: Duration,
     default_duration: Duration,
@@ -101,16 +100,16 @@ pub fn verdict(
     if holder.is_empty() {
         return Verdict::Take;
     }
-    if holder == me {
-        // Held by another task of this process (identities are unique per
-        // process start): it deletes the Lease when done.
-        return Verdict::HeldBy(holder.to_string());
-    }
     let duration = spec
         .and_then(|s| s.lease_duration_seconds)
         .and_then(|d| u64::try_from(d).ok())
         .map(Duration::from_secs)
         .unwrap_or(default_duration);
+    // Ours included: a live holder in this process renews every third of
+    // the duration, so one unchanged for a whole duration is stale (a
+    // release that lost a race with a renewal), and another task of this
+    // process waits for a live one to be deleted. Identities are unique per
+    // process start.
     if unchanged_for >= duration {
         Verdict::Take
     } else {
@@ -250,7 +249,7 @@ impl Leases {
             .and_then(|l| l.metadata.resource_version.clone())
             .unwrap_or_default();
         let unchanged = self.unchanged_for(name, &rv);
-        let stored = match verdict(&self.0.me, current.as_ref(), unchanged, self.0.duration) {
+        let stored = match verdict(current.as_ref(), unchanged, self.0.duration) {
             Verdict::HeldBy(h) => return Err(LeaseError::Held(h)),
             Verdict::Take
                 if !take_expired
@@ -370,9 +369,7 @@ impl Leases {
                 .as_ref()
                 .and_then(|s| s.holder_identity.as_deref())
                 .unwrap_or("");
-            if holder != self.0.me
-                && verdict(&self.0.me, Some(l), unchanged, self.0.duration) == Verdict::Take
-            {
+            if !holder.is_empty() && verdict(Some(l), unchanged, self.0.duration) == Verdict::Take {
                 orphans.push(uuid.to_string());
             }
         }
@@ -585,6 +582,48 @@ async fn renew_once(
     }
 }
 
+/// Delete a lease this process holds. The resourceVersion may be one
+/// behind: a renewal cancelled by the drop may still have reached the
+/// apiserver. Then the lease is read again and, still ours, deleted at its
+/// current version (left behind, the leader would wait a whole duration).
+async fn release(leases: &Leases, name: &str, rv: String) {
+    let api = &leases.0.api;
+    let delete = |rv: Option<String>| {
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: rv,
+                uid: None,
+            }),
+            ..DeleteParams::default()
+        };
+        async move { api.delete(name, &dp).await }
+    };
+    let mut result = delete(Some(rv)).await.map(|_| ());
+    if let Err(kube::Error::Api(e)) = &result
+        && e.code == 409
+    {
+        result = match api.get_opt(name).await {
+            Ok(Some(l))
+                if l.spec.as_ref().and_then(|s| s.holder_identity.as_deref())
+                    == Some(leases.0.me.as_str()) =>
+            {
+                delete(l.metadata.resource_version.clone())
+                    .await
+                    .map(|_| ())
+            }
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        };
+    }
+    match result {
+        Ok(()) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+        Err(e) => {
+            tracing::warn!(lease = %name, error = %e, "cannot release the lease; it expires on its own");
+        }
+    }
+}
+
 impl Drop for Held {
     fn drop(&mut self) {
         if let Some(t) = self.renew.take() {
@@ -607,20 +646,7 @@ impl Drop for Held {
         let leases = self.leases.clone();
         let name = std::mem::take(&mut self.name);
         rt.spawn(async move {
-            let dp = DeleteParams {
-                preconditions: Some(Preconditions {
-                    resource_version: Some(rv),
-                    uid: None,
-                }),
-                ..DeleteParams::default()
-            };
-            match leases.0.api.delete(&name, &dp).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-                Err(e) => {
-                    tracing::warn!(lease = %name, error = %e, "cannot release the lease; it expires on its own");
-                }
-            }
+            release(&leases, &name, rv).await;
             leases.forget(&name);
         });
     }
@@ -645,19 +671,24 @@ mod tests {
 
     #[test]
     fn absent_or_released_leases_are_taken_ours_are_not() {
-        assert_eq!(verdict("a", None, Duration::ZERO, D), Verdict::Absent);
+        assert_eq!(verdict(None, Duration::ZERO, D), Verdict::Absent);
         assert_eq!(
-            verdict("a", Some(&lease(None, Some(15))), Duration::ZERO, D),
+            verdict(Some(&lease(None, Some(15))), Duration::ZERO, D),
             Verdict::Take
         );
         assert_eq!(
-            verdict("a", Some(&lease(Some(""), Some(15))), Duration::ZERO, D),
+            verdict(Some(&lease(Some(""), Some(15))), Duration::ZERO, D),
             Verdict::Take
         );
         assert_eq!(
-            verdict("a", Some(&lease(Some("a"), Some(15))), Duration::ZERO, D),
+            verdict(Some(&lease(Some("a"), Some(15))), Duration::ZERO, D),
             Verdict::HeldBy("a".into()),
             "another task of this process holds it"
+        );
+        assert_eq!(
+            verdict(Some(&lease(Some("a"), Some(15))), D, D),
+            Verdict::Take,
+            "ours, but nobody renewed it for a whole duration: stale"
         );
     }
 
@@ -665,21 +696,18 @@ mod tests {
     fn another_holder_keeps_it_until_unchanged_for_its_own_duration() {
         let l = lease(Some("b"), Some(30));
         assert_eq!(
-            verdict("a", Some(&l), Duration::from_secs(29), D),
+            verdict(Some(&l), Duration::from_secs(29), D),
             Verdict::HeldBy("b".into()),
             "the record's duration wins over ours"
         );
-        assert_eq!(
-            verdict("a", Some(&l), Duration::from_secs(30), D),
-            Verdict::Take
-        );
+        assert_eq!(verdict(Some(&l), Duration::from_secs(30), D), Verdict::Take);
         // No duration in the record: ours.
         let l = lease(Some("b"), None);
         assert_eq!(
-            verdict("a", Some(&l), Duration::from_secs(14), D),
+            verdict(Some(&l), Duration::from_secs(14), D),
             Verdict::HeldBy("b".into())
         );
-        assert_eq!(verdict("a", Some(&l), D, D), Verdict::Take);
+        assert_eq!(verdict(Some(&l), D, D), Verdict::Take);
     }
 
     #[test]
