@@ -8,6 +8,9 @@
 #                                   the committed corpus (fuzz/corpus/<target>)
 #   scripts/fuzz.sh seed            rebuild the seed corpora from the recorded
 #                                   RPC fixtures and sample inputs
+#   scripts/fuzz.sh merge           fold what runs found (fuzz/corpus-new) into
+#                                   the committed corpora, minimized (libFuzzer
+#                                   -merge=1: only inputs that add coverage)
 #
 # Needs the nightly toolchain and cargo-fuzz (installed if missing). New
 # inputs found go to fuzz/corpus-new/<target> (not committed); a crash goes
@@ -98,8 +101,18 @@ run() {
   done
 }
 
+merge() {
+  for t in "${TARGETS[@]}"; do
+    local tmp; tmp="$(mktemp -d)"
+    (cd fuzz && cargo +nightly fuzz run -s none "$t" "$tmp" "corpus/$t" "corpus-new/$t" -- -merge=1) >/dev/null 2>&1
+    rm -rf "fuzz/corpus/$t" && mkdir -p "fuzz/corpus/$t" && cp "$tmp"/* "fuzz/corpus/$t/" && rm -rf "$tmp"
+    echo "$t: $(ls "fuzz/corpus/$t" | wc -l) inputs"
+  done
+}
+
 case "${1:-run}" in
   seed) seed ;;
+  merge) merge ;;
   run) run "${2:-600}" ;;
-  *) echo "usage: $0 [run [SECONDS] | seed]" >&2; exit 2 ;;
+  *) echo "usage: $0 [run [SECONDS] | seed | merge]" >&2; exit 2 ;;
 esac
