@@ -41,6 +41,9 @@ enum Command {
     /// Keystone, addon charts): one line each, with a fix for a failure.
     /// Exit 0 when nothing failed, 1 otherwise.
     Check,
+    /// Print every option this conductor reads, with its default and help,
+    /// in oslo-config-generator's sample format.
+    ConfigSample,
 }
 
 fn init_logging(debug: bool) {
@@ -96,6 +99,10 @@ async fn shutdown_signal() {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if matches!(args.command, Some(Command::ConfigSample)) {
+        print!("{}", common::config::sample());
+        return ExitCode::SUCCESS;
+    }
     let files = if args.config_file.is_empty() && args.config_dir.is_empty() {
         // oslo.config's default search: the first of these that exists.
         ["/etc/magnum/magnum.conf"]
@@ -139,6 +146,7 @@ fn main() -> ExitCode {
     };
     match args.command {
         Some(Command::DbCreate { revision }) => runtime.block_on(db_create(cfg, revision)),
+        Some(Command::ConfigSample) => ExitCode::SUCCESS,
         Some(Command::Check) => runtime.block_on(async {
             let lines = conductor::check::run(&cfg).await;
             for l in &lines {
