@@ -124,3 +124,20 @@ def test_keystone_refusal_is_create_failed(env, keystone):
     env.client("delete", uuid, project=project)
     env.wait(uuid, lambda g: g["cluster"] is None)
     assert app_creds(keystone, env.user_token) == []
+
+
+def test_check_validates_the_keystone_credentials(env, keystone):
+    """`magnum-conductor check` gets a token with [keystone_auth] against the
+    real Keystone; a wrong password is one FAIL line that does not print it."""
+    from conftest import CONDUCTOR_BIN
+    p = subprocess.run([CONDUCTOR_BIN, "--config-file", env.conf, "check"], capture_output=True, text=True, timeout=120)
+    line = next(x for x in p.stdout.splitlines() if x.split()[1:2] == ["keystone"])
+    assert line.startswith("OK") and "a token issued for admin" in line, p.stdout
+    bad = env.tmp / "bad-keystone.conf"
+    bad.write_text(open(env.conf).read().replace(f"password = {keystone['admin_pw']}", "password = N0t-the-pw-77"))
+    p = subprocess.run([CONDUCTOR_BIN, "--config-file", str(bad), "check"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1
+    line = next(x for x in p.stdout.splitlines() if x.split()[1:2] == ["keystone"])
+    assert line.startswith("FAIL") and "401" in line, p.stdout
+    assert "N0t-the-pw-77" not in p.stdout + p.stderr
+    assert [x.split()[1] for x in p.stdout.splitlines() if x.startswith("FAIL")] == ["keystone"], p.stdout
