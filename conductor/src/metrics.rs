@@ -59,6 +59,10 @@ pub struct Metrics {
     pub status_deferred: IntCounter,
     /// Times the status-kick queue was full (the worker then does a full pass).
     pub kick_overflows: IntCounter,
+    /// Seconds from an operation's start to its end (create: from the row's
+    /// `created_at`; update: from when the status leader first saw it), by
+    /// operation and outcome (`complete`, `failed`).
+    pub operation_duration: HistogramVec,
     /// Magnum clusters by status (the status leader exports it; others 0 series).
     pub clusters: IntGaugeVec,
     /// Seconds since the least recently changed `*_IN_PROGRESS` cluster row
@@ -273,6 +277,18 @@ impl Metrics {
                 IntCounter::new(
                     "kick_queue_overflows_total",
                     "Times the status-kick queue was full (a full pass follows; nothing is lost).",
+                )
+                .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            operation_duration: reg(
+                &registry,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "cluster_operation_duration_seconds",
+                        "Seconds from a cluster operation's start to COMPLETE or FAILED (create: from created_at; update: from the status leader first seeing it).",
+                    )
+                    .buckets(vec![10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0]),
+                    &["operation", "outcome"],
                 )
                 .unwrap_or_else(|_| unreachable_metric()),
             ),

@@ -225,6 +225,9 @@ def test_create_and_delete(env):
         assert ngs[n]["stack_id"] == stack_id
         assert len(ngs[n]["node_addresses"]) == count, ngs[n]
     assert got["x509keypairs"] == 4
+    # Its duration reached the histogram operators alert and graph on.
+    assert env.conductor.metric("magnum_conductor_cluster_operation_duration_seconds_count",
+                                operation="create", outcome="complete") >= 1
 
     # What the management cluster holds.
     cl = env.sim.get(f"/apis/{env.sim.capi}/namespaces/{NAMESPACE}/clusters/{stack_id}")

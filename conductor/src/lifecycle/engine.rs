@@ -54,6 +54,9 @@ pub(super) struct Inner {
     /// Per cluster in an update: its last progress fingerprint and when it
     /// changed (the "no progress" timeout).
     pub(super) progress: Mutex<HashMap<String, (u64, Instant)>>,
+    /// Per cluster in an update: when the status leader first saw it so
+    /// (`cluster_operation_duration_seconds`).
+    pub(super) update_seen: Mutex<HashMap<String, Instant>>,
 }
 
 /// What the engine works with (one of each per process).
@@ -182,6 +185,7 @@ impl Engine {
             leases,
             kicks: tx,
             progress: Mutex::new(HashMap::new()),
+            update_seen: Mutex::new(HashMap::new()),
         }));
         tokio::spawn(engine.clone().status_worker(rx));
         tokio::spawn(engine.clone().lead());

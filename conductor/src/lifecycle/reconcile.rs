@@ -328,16 +328,42 @@ impl Engine {
         if !ch.is_empty() {
             self.0.metrics.status_writes.inc();
         }
+        if op == Some(status::Operation::Update)
+            && let Ok(mut m) = self.0.update_seen.lock()
+        {
+            m.entry(uuid.clone())
+                .or_insert_with(std::time::Instant::now);
+        }
         if let Some((_, s)) = ch.cluster.iter().find(|(f, _)| *f == "status") {
             tracing::info!(cluster = %uuid, from = %status_now, to = %s, reason = ?view.status_reason, "cluster status");
+            let outcome = if view.status.ends_with("_COMPLETE") {
+                "complete"
+            } else {
+                "failed"
+            };
             if op == Some(status::Operation::Update) {
                 self.progress_done(&uuid);
-                let outcome = if view.status.ends_with("_COMPLETE") {
-                    "complete"
-                } else {
-                    "failed"
-                };
                 self.count("update", outcome);
+                let started = self
+                    .0
+                    .update_seen
+                    .lock()
+                    .ok()
+                    .and_then(|mut m| m.remove(&uuid));
+                if let Some(t) = started {
+                    self.0
+                        .metrics
+                        .operation_duration
+                        .with_label_values(&["update", outcome])
+                        .observe(t.elapsed().as_secs_f64());
+                }
+            } else if op == Some(status::Operation::Create) && moved {
+                // From the row's created_at: the whole create, whoever ran it.
+                self.0
+                    .metrics
+                    .operation_duration
+                    .with_label_values(&["create", outcome])
+                    .observe(age(&cluster).num_milliseconds().max(0) as f64 / 1000.0);
             }
         }
         Ok(())
