@@ -25,7 +25,7 @@ import urllib.request
 from conftest import (ROOT, Conductor, free_port, new_database, new_vhost, rabbitmqctl, write_conf)
 from openstack_standin import Cloud
 from test_lifecycle import Sim
-from test_lifecycle_keystone import KEYSTONE, call, password_token
+from test_lifecycle_keystone import KEYSTONE, call, start_keystone
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CACHE = os.path.expanduser("~/.cache/magnum-conductor-rs")
@@ -42,12 +42,7 @@ def keystone_start(tmp):
     a dict of what the test needs, `stop` included."""
     d = tmp / "keystone"
     d.mkdir()
-    port = free_port()
-    out = subprocess.run([KEYSTONE, "start", str(d), str(port)], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    url = out.stdout.strip().split("=", 1)[1]
-    admin_pw = (d / "admin-password").read_text().strip()
-    admin, _ = password_token(url, "admin", admin_pw, project_name="admin")
+    url, _, admin = start_keystone(d)
 
     def make(kind, body):
         status, _, got = call("POST", f"{url}/{kind}s", admin, {kind: body})

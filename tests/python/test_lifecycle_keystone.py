@@ -45,15 +45,22 @@ def password_token(url, user, password, project_id=None, project_name=None):
     return headers["X-Subject-Token"], body
 
 
-@pytest.fixture(scope="module")
-def keystone(tmp_path_factory):
-    d = tmp_path_factory.mktemp("keystone")
+def start_keystone(d):
+    """scripts/keystone.sh start in directory `d`: (url, admin password,
+    an admin token)."""
     port = free_port()
     out = subprocess.run([KEYSTONE, "start", str(d), str(port)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     url = out.stdout.strip().split("=", 1)[1]
     admin_pw = (d / "admin-password").read_text().strip()
     admin, _ = password_token(url, "admin", admin_pw, project_name="admin")
+    return url, admin_pw, admin
+
+
+@pytest.fixture(scope="module")
+def keystone(tmp_path_factory):
+    d = tmp_path_factory.mktemp("keystone")
+    url, admin_pw, admin = start_keystone(d)
     _, _, p = call("POST", f"{url}/projects", admin, {"project": {"name": "tenant", "domain_id": "default"}})
     _, _, u = call("POST", f"{url}/users", admin, {"user": {"name": "alice", "domain_id": "default",
                                                           "password": "alice-pw", "default_project_id": p["project"]["id"]}})

@@ -190,8 +190,8 @@ pub(super) struct Run<'a> {
     ctx: Option<rpc_schema::RequestContext>,
     durable: Option<&'a mut DurableSignal>,
     /// The cluster's Lease (held across conductors), then this process's lock.
-    _lease: Option<super::lease::Held>,
-    _held: Option<tokio::sync::OwnedMutexGuard<()>>,
+    lease: Option<super::lease::Held>,
+    held: Option<tokio::sync::OwnedMutexGuard<()>>,
     /// Why the run may not go ahead (see [`Run::begin`]).
     blocked: Option<StepError>,
     on_failure: Vec<OnFailure>,
@@ -227,15 +227,15 @@ impl<'a> Run<'a> {
             uuid: uuid.to_string(),
             ctx: ctx.cloned(),
             durable,
-            _lease: None,
-            _held: None,
+            lease: None,
+            held: None,
             blocked: None,
             on_failure: Vec::new(),
         };
         match got {
             Ok(h) => {
-                run._lease = Some(h);
-                run._held = Some(engine.lock(uuid).lock_owned().await);
+                run.lease = Some(h);
+                run.held = Some(engine.lock(uuid).lock_owned().await);
                 // With "operation ends" (on drop, before the Lease goes):
                 // who drove which cluster when, across conductors.
                 tracing::info!(cluster = %uuid, operation = op.name(), "operation begins");
@@ -374,7 +374,7 @@ impl<'a> Run<'a> {
 
 impl Drop for Run<'_> {
     fn drop(&mut self) {
-        if self._held.is_some() {
+        if self.held.is_some() {
             tracing::info!(cluster = %self.uuid, operation = self.op.name(), "operation ends");
         }
     }
