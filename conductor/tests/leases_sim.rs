@@ -3,6 +3,15 @@
 //! release deletes, expiry by observation, and a release that lost a race
 //! with a renewal still deletes the lease (found by 100 creates on two
 //! conductors: the leader waited for ever on a lease it had left behind).
+//!
+//! What the protocol relies on is the apiserver's optimistic concurrency,
+//! which the simulator implements: an update or delete carrying a stale
+//! `resourceVersion` precondition is a 409 Conflict, a create of an existing
+//! name is a 409 AlreadyExists, and an update that changes nothing keeps the
+//! `resourceVersion` (k8s.io/apiserver pkg/registry/generic/registry/store.go,
+//! Update and Delete with preconditions; API conventions, "Concurrency Control
+//! and Consistency"). client-go's leaderelection judges expiry the same way
+//! (observed record unchanged for leaseDurationSeconds, local clock).
 
 use std::path::PathBuf;
 use std::time::Duration;
