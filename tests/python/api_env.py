@@ -157,6 +157,10 @@ class ApiEnv:
                    OS_PROJECT_NAME=project, OS_USER_DOMAIN_ID="default", OS_PROJECT_DOMAIN_ID="default",
                    OS_IDENTITY_API_VERSION="3", OS_REGION_NAME="RegionOne", OS_INTERFACE="public",
                    PYTHONWARNINGS="ignore")
+        # `coe cluster config` reads os.environ["SHELL"] to pick the export
+        # syntax (magnumclient.common.utils); a login shell always sets it,
+        # CI's environment does not.
+        env.setdefault("SHELL", "/bin/bash")
         # The user's CLI is python-openstackclient 10.5.0 + python-magnumclient
         # 5.0.0 (the 23.0.0 venv) whatever release the server runs.
         p = subprocess.run([os.path.join(API_VENVS["23"], "bin", "openstack"), *args], capture_output=True,
