@@ -1,11 +1,24 @@
 #!/usr/bin/env bash
-# ping_conductor benchmark: Magnum 23.0.0's client against our conductor
-# (release build) and against the real Python magnum-conductor, same broker,
-# one run. Prints Markdown tables (see docs/benchmarks.md).
-#   scripts/bench-rpc.sh [--calls N] [--concurrency 1 8 ...]
+# RPC benchmark (release builds), one run on one broker. Prints Markdown
+# tables (see docs/benchmarks.md "RPC").
+#
+#   scripts/bench-rpc.sh [--calls 5000] [--casts 20000] [--concurrency 1 8 32]
+#                        [--connections 4] [--python-workers 1 2]
+#       mc-rpc-load (tests/bin/rpc_load.rs: oslo.messaging's wire, checked
+#       against the recorded fixtures) against a trivial consumer (the
+#       broker's ceiling), the real Python magnum-conductor 23.0.0 (1 and N
+#       workers) and ours: messages/s, p50/p99, CPU seconds per 1,000.
+#   scripts/bench-rpc.sh --magnum-client [--calls N] [--concurrency 1 8 ...]
+#       ping_conductor through Magnum 23.0.0's own Python client instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 eval "$(scripts/setup-env.sh | tail -n 1)"
-cargo build --release --quiet -p conductor
-MAGNUM_CONDUCTOR_BIN="$PWD/target/release/magnum-conductor" \
-  "$MAGNUM_VENV/bin/python" tests/python/bench_ping.py "$@"
+cargo build --release --quiet -p conductor -p integration-tests --bin magnum-conductor --bin mc-rpc-load
+if [ "${1:-}" = "--magnum-client" ]; then
+  shift
+  MAGNUM_CONDUCTOR_BIN="$PWD/target/release/magnum-conductor" \
+    "$MAGNUM_VENV/bin/python" tests/python/bench_ping.py "$@"
+else
+  "$MAGNUM_VENV/bin/python" tests/python/bench_load.py --load "$PWD/target/release/mc-rpc-load" \
+    --conductor "$PWD/target/release/magnum-conductor" "$@"
+fi

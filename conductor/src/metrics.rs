@@ -68,6 +68,14 @@ pub struct Metrics {
     /// Seconds since the least recently changed `*_IN_PROGRESS` cluster row
     /// changed (0: none in progress; the leader exports it).
     pub oldest_in_progress: IntGauge,
+    /// Objects in the status cache, by kind.
+    pub cache_objects: IntGaugeVec,
+    /// Bytes of the status cache's projected objects, by kind.
+    pub cache_bytes: IntGaugeVec,
+    /// Seconds the last full status pass (startup, relist, resync) took.
+    pub full_pass_seconds: prometheus::Gauge,
+    /// Full status passes completed.
+    pub full_passes: IntCounter,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> T {
@@ -307,6 +315,38 @@ impl Metrics {
                     "Seconds since the least recently changed *_IN_PROGRESS cluster row changed (status leader).",
                 )
                 .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            cache_objects: reg(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new("status_cache_objects", "Objects in the status cache, by kind."),
+                    &["kind"],
+                )
+                .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            cache_bytes: reg(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "status_cache_bytes",
+                        "Bytes of the projected objects in the status cache, by kind.",
+                    ),
+                    &["kind"],
+                )
+                .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            full_pass_seconds: reg(
+                &registry,
+                prometheus::Gauge::new(
+                    "status_full_pass_seconds",
+                    "Seconds the last full status pass (startup, relist, resync) took.",
+                )
+                .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            full_passes: reg(
+                &registry,
+                IntCounter::new("status_full_passes_total", "Full status passes completed.")
+                    .unwrap_or_else(|_| unreachable_metric()),
             ),
             registry,
         };

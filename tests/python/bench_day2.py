@@ -28,6 +28,7 @@ import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import conftest  # noqa: E402
 from conftest import Conductor, free_port, mysql_admin, new_database, new_vhost, rabbitmqctl, write_conf  # noqa: E402
 
 PROJECT = "9d3c1b2a4e5f46a7b8c9d0e1f2a3b4c5"
@@ -56,6 +57,8 @@ def main():
     ap.add_argument("--tick-ms", type=int, default=20)
     a = ap.parse_args()
     os.environ["MAGNUM_CONDUCTOR_BIN"] = a.conductor
+    # conftest read the variable when it was imported: point it here too.
+    conftest.CONDUCTOR_BIN = a.conductor
     tmp = tempfile.mkdtemp(prefix="bench-day2-")
     kubeconfig = os.path.join(tmp, "sim.kubeconfig")
     sim = subprocess.Popen([a.sim, "--line", "v1beta1", "--crds", a.crds, "--listen", "127.0.0.1:0",

@@ -3,6 +3,15 @@ how fast a CAPI status change reaches the Magnum row, and how many requests
 the conductor sends to the management cluster in steady state.
 
     python bench_status.py --conductor BIN --sim BIN --crds DIR [--clusters 1000] [--samples 200]
+        [--total 10000] [--churn-per-second 20] [--sample-interval 0.1] [--restart-samples 100]
+
+`--clusters` are created through Magnum's client (the whole create path).
+With `--total` above that, the fleet is then grown to `--total` by copying
+one created cluster: its CAPI objects in the simulator (`POST /_sim/clone`,
+status included) and its rows in the database, under new names and uuids;
+the conductor is restarted on the grown fleet (restart time: until ready,
+and until status changes made while it was down are in the rows), then
+measured at rest and under a background churn of status changes.
 
 Run by scripts/bench-status.sh. Prints a JSON summary on the last line.
 """
@@ -14,12 +23,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import pymysql  # noqa: E402
+import conftest  # noqa: E402
 from conftest import Conductor, free_port, mysql_admin, new_database, new_vhost, rabbitmqctl, write_conf  # noqa: E402
 
 PROJECT = "9d3c1b2a4e5f46a7b8c9d0e1f2a3b4c5"
@@ -37,6 +49,115 @@ def db_name(url):
     return url.rsplit("/", 1)[1].split("?")[0]
 
 
+def rss_mib(pid):
+    return round(int(open(f"/proc/{pid}/status").read().split("VmRSS:")[1].split()[0]) / 1024, 1)
+
+
+def cluster_path(stack_id):
+    return f"/apis/cluster.x-k8s.io/v1beta1/namespaces/{NS}/clusters/{stack_id}"
+
+
+def set_ready(server, stack_id, ready):
+    """Set a CAPI Cluster's Ready condition (what CAPI does when it changes)."""
+    path = cluster_path(stack_id)
+    conds = http(server, "GET", path)["status"]["conditions"]
+    def flip(c):
+        if ready:
+            return {**{k: v for k, v in c.items() if k not in ("reason", "severity", "message")}, "status": "True"}
+        return dict(c, status="False", reason="Bench", severity="Warning", message="bench")
+    conds = [flip(c) if c["type"] == "Ready" else c for c in conds]
+    http(server, "PATCH", path + "/status", {"status": {"conditions": conds}}, "application/merge-patch+json")
+
+
+def wait_health(db, uuids, want, timeout):
+    deadline = time.time() + timeout
+    left = set(uuids)
+    with mysql_admin() as conn:
+        conn.autocommit(True)
+        with conn.cursor() as cur:
+            while left:
+                marks = ",".join(["%s"] * len(left))
+                cur.execute(f"SELECT uuid FROM `{db}`.cluster WHERE health_status=%s AND uuid IN ({marks})",
+                            (want, *left))
+                left -= {r[0] for r in cur.fetchall()}
+                if time.time() > deadline:
+                    raise SystemExit(f"{len(left)} clusters never became {want}")
+                time.sleep(0.05)
+
+
+class Churn:
+    """Background status changes: flips the Ready condition of random clusters."""
+
+    def __init__(self, server, stack_ids, per_second):
+        self.server, self.stack_ids, self.per_second = server, stack_ids, per_second
+        self.done, self.stopping, self.thread = 0, False, None
+
+    def start(self):
+        if self.per_second > 0 and self.stack_ids:
+            self.thread = threading.Thread(target=self.run, daemon=True)
+            self.thread.start()
+
+    def run(self):
+        state = {}
+        t0 = time.time()
+        while not self.stopping:
+            s = random.choice(self.stack_ids)
+            state[s] = not state.get(s, True)
+            set_ready(self.server, s, state[s])
+            self.done += 1
+            delay = t0 + self.done / self.per_second - time.time()
+            if delay > 0:
+                time.sleep(delay)
+        for s, ready in state.items():
+            if not ready:
+                set_ready(self.server, s, True)
+
+    def stop(self):
+        self.stopping = True
+        if self.thread:
+            self.thread.join()
+
+
+def grow(server, url, n):
+    """Copy one CREATE_COMPLETE cluster n times (simulator objects and rows)."""
+    db = db_name(url)
+    with mysql_admin() as conn:
+        conn.autocommit(False)
+        with conn.cursor(pymysql.cursors.DictCursor) as cur:
+            cur.execute(f"SELECT * FROM `{db}`.cluster WHERE status='CREATE_COMPLETE' ORDER BY id LIMIT 1")
+            seed = cur.fetchone()
+            cur.execute(f"SELECT * FROM `{db}`.nodegroup WHERE cluster_id=%s", (seed["uuid"],))
+            seed_ngs = cur.fetchall()
+        copies = [(f"s{i:05d}", str(uuid.uuid4())) for i in range(n)]
+        for i in range(0, n, 500):
+            chunk = copies[i:i + 500]
+            r = http(server, "POST", "/_sim/clone", {"namespace": NS, "cluster": seed["stack_id"],
+                                                      "uuid": seed["uuid"], "copies": chunk})
+            assert r["objects"] > 0, r
+
+        def row(src, **over):
+            out = {}
+            for k, v in src.items():
+                if k == "id":
+                    continue
+                out[k] = over.get(k, v)
+            return out
+
+        def insert(cur, table, rows):
+            cols = list(rows[0])
+            cur.executemany(f"INSERT INTO `{db}`.`{table}` ({','.join(f'`{c}`' for c in cols)}) VALUES "
+                            f"({','.join(['%s'] * len(cols))})", [tuple(r[c] for c in cols) for r in rows])
+
+        with conn.cursor() as cur:
+            for i in range(0, n, 1000):
+                chunk = copies[i:i + 1000]
+                insert(cur, "cluster", [row(seed, uuid=u, name=f"copy-{name}", stack_id=name) for name, u in chunk])
+                insert(cur, "nodegroup", [row(ng, uuid=str(uuid.uuid4()), cluster_id=u,
+                                              stack_id=(ng["stack_id"] or "").replace(seed["stack_id"], name) or None)
+                                          for name, u in chunk for ng in seed_ngs])
+            conn.commit()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--conductor", required=True)
@@ -45,8 +166,17 @@ def main():
     ap.add_argument("--clusters", type=int, default=1000)
     ap.add_argument("--samples", type=int, default=200)
     ap.add_argument("--steady-seconds", type=int, default=60)
+    ap.add_argument("--total", type=int, default=0, help="grow the fleet to this many clusters by copying")
+    ap.add_argument("--churn-per-second", type=float, default=0.0,
+                    help="status changes per second on other clusters while latency is sampled")
+    ap.add_argument("--sample-interval", type=float, default=0.1,
+                    help="seconds between latency samples (the churn runs meanwhile)")
+    ap.add_argument("--restart-samples", type=int, default=100,
+                    help="clusters changed while the conductor is down (restart catch-up)")
     a = ap.parse_args()
     os.environ["MAGNUM_CONDUCTOR_BIN"] = a.conductor
+    # conftest read the variable when it was imported: point it here too.
+    conftest.CONDUCTOR_BIN = a.conductor
     tmp = tempfile.mkdtemp(prefix="bench-status-")
     kubeconfig = os.path.join(tmp, "sim.kubeconfig")
     sim = subprocess.Popen([a.sim, "--line", "v1beta1", "--crds", a.crds, "--listen", "127.0.0.1:0",
@@ -71,7 +201,7 @@ def main():
         from magnum.conductor import api
         magnum_service.prepare_service(["magnum-api", "--config-file", conf])
         ctx = mctx.make_context(user_id="u" * 32, project_id=PROJECT, auth_token="t")
-        t = objects.ClusterTemplate(ctx, uuid=str(uuid.uuid4()), name="bench", coe="kubernetes", server_type="vm",
+        t = objects.ClusterTemplate(ctx, uuid=str(uuid.uuid4()), name="bench", coe="kubernetes", server_type="vm", cluster_distro="ubuntu",
                                     image_id="img", flavor_id="m1.small", master_flavor_id="m1.medium",
                                     keypair_id="kp", external_network_id="public", network_driver="calico",
                                     master_lb_enabled=False, labels={"kube_tag": "v1.30.4"}, project_id=PROJECT)
@@ -101,6 +231,34 @@ def main():
             time.sleep(2)
         complete_s = time.time() - t0
         failed = s.get("CREATE_FAILED", 0)
+        rss_created = rss_mib(conductor.proc.pid)
+        grown = {}
+        if a.total > a.clusters:
+            http(server, "POST", "/_sim/controllers/pause")
+            conductor.stop()
+            t1 = time.time()
+            grow(server, url, a.total - a.clusters)
+            grown["copy_seconds"] = round(time.time() - t1, 1)
+            # Changed while no conductor runs: the restart must catch up.
+            with mysql_admin() as conn, conn.cursor() as cur:
+                cur.execute(f"SELECT uuid, stack_id FROM `{db}`.cluster WHERE status='CREATE_COMPLETE'")
+                rows = cur.fetchall()
+            changed = random.sample(rows, min(a.restart_samples, len(rows)))
+            for (_, stack_id) in changed:
+                set_ready(server, stack_id, False)
+            t2 = time.time()
+            conductor = Conductor(conf, port, os.path.join(tmp, "conductor.log"), wait=False)
+            conductor.wait_ready(timeout=600)
+            grown["restart_ready_seconds"] = round(time.time() - t2, 2)
+            wait_health(db, [u for (u, _) in changed], "UNHEALTHY", timeout=600)
+            grown["restart_caught_up_seconds"] = round(time.time() - t2, 2)
+            while not conductor.metric("magnum_conductor_status_full_passes_total"):
+                time.sleep(0.2)
+            grown["restart_full_pass_done_seconds"] = round(time.time() - t2, 2)
+            grown["full_pass_seconds"] = round(conductor.metric("magnum_conductor_status_full_pass_seconds"), 2)
+            for (_, stack_id) in changed:
+                set_ready(server, stack_id, True)
+            wait_health(db, [u for (u, _) in changed], "HEALTHY", timeout=600)
 
         # Steady state: controllers paused, nothing changes; count requests.
         http(server, "POST", "/_sim/controllers/pause")
@@ -120,31 +278,37 @@ def main():
         conn = mysql_admin()
         conn.autocommit(True)
         cur = conn.cursor()
-        for (cuuid, stack_id) in random.sample(rows, min(a.samples, len(rows))):
-            path = f"/apis/cluster.x-k8s.io/v1beta1/namespaces/{NS}/clusters/{stack_id}"
-            original = http(server, "GET", path)["status"]["conditions"]
-            flipped = [dict(c, status="False", reason="Bench", severity="Warning", message="bench")
-                       if c["type"] == "Ready" else c for c in original]
-            for conds, want in ((flipped, "UNHEALTHY"), (original, "HEALTHY")):
+        sampled = random.sample(rows, min(a.samples, len(rows)))
+        churn = Churn(server, [r[1] for r in rows if r not in sampled], a.churn_per_second)
+        churn.start()
+        for (cuuid, stack_id) in sampled:
+            for ready, want in ((False, "UNHEALTHY"), (True, "HEALTHY")):
                 start = time.perf_counter()
-                http(server, "PATCH", path + "/status", {"status": {"conditions": conds}},
-                     "application/merge-patch+json")
+                set_ready(server, stack_id, ready)
                 while True:
                     cur.execute(f"SELECT health_status FROM `{db}`.cluster WHERE uuid=%s", (cuuid,))
                     if cur.fetchone()[0] == want:
                         break
                     if time.perf_counter() - start > 30:
                         raise SystemExit(f"{cuuid}: health never became {want}")
+                    time.sleep(0.001)
                 lat.append((time.perf_counter() - start) * 1000)
+                time.sleep(a.sample_interval)
+        churn.stop()
         conn.close()
         lat.sort()
         q = statistics.quantiles(lat, n=100, method="inclusive")
-        summary = dict(clusters=a.clusters, failed=failed, cast_seconds=round(cast_s, 1),
+        summary = dict(clusters=a.clusters, total=max(a.total, a.clusters), failed=failed, cast_seconds=round(cast_s, 1),
                        all_complete_seconds=round(complete_s, 1), steady_requests_per_minute=per_min, requests_by_client=after,
                        latency_ms=dict(samples=len(lat), p50=round(q[49], 1), p99=round(q[98], 1),
                                        max=round(lat[-1], 1)),
-                       conductor_rss_mib=round(int(open(f"/proc/{conductor.proc.pid}/status").read()
-                                                   .split("VmRSS:")[1].split()[0]) / 1024, 1))
+                       conductor_rss_mib=rss_mib(conductor.proc.pid), conductor_rss_mib_after_create=rss_created,
+                       churn_changes=churn.done, churn_per_second=a.churn_per_second, **grown)
+        summary["rss_kib_per_cluster"] = round(summary["conductor_rss_mib"] * 1024 / max(a.total, a.clusters), 1)
+        summary["cache"] = {kind: {k: int(conductor.metric(f"magnum_conductor_status_cache_{k}", kind=kind))
+                                   for k in ("objects", "bytes")}
+                            for kind in ("Cluster", "OpenStackCluster", "KubeadmControlPlane", "MachineDeployment",
+                                         "Machine", "HelmReleaseProxy")}
         print(json.dumps(summary))
     finally:
         conductor.stop()

@@ -113,7 +113,7 @@ STATIC_CREDENTIALS = ("static_auth_url = https://keystone.example.com:5000/v3\n"
 
 class Env:
     def __init__(self, tmp, line, tick_ms=20, credentials=STATIC_CREDENTIALS, extra="", client_env=None,
-                 conductor_db=None):
+                 conductor_db=None, db_build="rust"):
         """`conductor_db`: maps the database URL to the one the conductor
         uses (e.g. through a proxy); the clients always use the real one."""
         self.tmp = tmp
@@ -124,7 +124,7 @@ class Env:
         self.conf = str(tmp / "conductor.conf")
         self.client_conf = str(tmp / "client.conf")
         self.port = port = free_port()
-        db_url = new_database("life")
+        self.db_url = db_url = new_database("life", build=db_build)
         for path, url in ((self.conf, conductor_db(db_url) if conductor_db else db_url), (self.client_conf, db_url)):
             write_conf(path, self.vhost, db_url=url,
                        extra=(f"[metrics]\nlisten = 127.0.0.1:{port}\n"

@@ -39,6 +39,7 @@ impl Engine {
             }
         }
         self.0.watches.wait_ready().await;
+        leases.watch();
         let elected = Arc::new(Notify::new());
         let signal = elected.clone();
         tokio::spawn(leases.clone().campaign(move || signal.notify_one()));

@@ -32,10 +32,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher;
 
 /// The leader's Lease.
 pub const LEADER: &str = "magnum-conductor-leader";
@@ -134,6 +138,10 @@ struct Shared {
     /// Per lease name: (resourceVersion, when this process first saw it).
     seen: Mutex<HashMap<String, (String, Instant)>>,
     leader: AtomicBool,
+    /// The Leases as a watch sees them, once [`Leases::watch`] started and
+    /// its first list is done (the leader's scan then costs no request).
+    watched: Mutex<Option<Store<Lease>>>,
+    watch_synced: Arc<AtomicBool>,
 }
 
 /// This process's view of the Leases (one per process, cloned).
@@ -168,6 +176,8 @@ impl Leases {
             duration,
             seen: Mutex::new(HashMap::new()),
             leader: AtomicBool::new(!enabled),
+            watched: Mutex::new(None),
+            watch_synced: Arc::new(AtomicBool::new(false)),
         }))
     }
 
@@ -314,11 +324,7 @@ impl Leases {
                 }
             }
         };
-        Ok(Held::start(
-            self.clone(),
-            name,
-            stored.metadata.resource_version.unwrap_or_default(),
-        ))
+        Ok(Held::start(self.clone(), name, stored))
     }
 
     /// Wait (up to `max`) for the lease: a live holder's critical section
@@ -340,6 +346,49 @@ impl Leases {
         }
     }
 
+    /// Watch the Leases' namespace (once per process; the leader's
+    /// [`Leases::scan`] then reads the watch's cache instead of listing:
+    /// no request at rest however many operations run).
+    pub fn watch(&self) {
+        let Ok(mut slot) = self.0.watched.lock() else {
+            return;
+        };
+        if !self.0.enabled || slot.is_some() {
+            return;
+        }
+        let writer = reflector::store::Writer::<Lease>::default();
+        *slot = Some(writer.as_reader());
+        let stream = reflector::reflector(
+            writer,
+            watcher::watcher(self.0.api.clone(), watcher::Config::default()),
+        )
+        .default_backoff();
+        let synced = self.0.watch_synced.clone();
+        tokio::spawn(async move {
+            futures_util::pin_mut!(stream);
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(watcher::Event::InitDone) => synced.store(true, Ordering::SeqCst),
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "lease watch failed; retrying with backoff")
+                    }
+                }
+            }
+        });
+    }
+
+    /// The Leases now: the watch's cache once synced, else a list.
+    async fn current(&self) -> Result<Vec<Lease>, kube::Error> {
+        if self.0.watch_synced.load(Ordering::SeqCst)
+            && let Ok(slot) = self.0.watched.lock()
+            && let Some(store) = slot.as_ref()
+        {
+            return Ok(store.state().iter().map(|l| (**l).clone()).collect());
+        }
+        Ok(self.0.api.list(&ListParams::default()).await?.items)
+    }
+
     /// The cluster Leases held by someone else and not renewed for their
     /// duration (seen by this process): their operations lost their
     /// conductor. Also returns the uuids whose Lease went away since the
@@ -351,10 +400,10 @@ impl Leases {
         if !self.0.enabled {
             return Ok((Vec::new(), Vec::new()));
         }
-        let list = self.0.api.list(&ListParams::default()).await?;
+        let list = self.current().await?;
         let mut orphans = Vec::new();
         let mut now_known = Vec::new();
-        for l in &list.items {
+        for l in &list {
             let Some(name) = l.metadata.name.as_deref() else {
                 continue;
             };
@@ -454,6 +503,10 @@ struct HeldState {
     rv: String,
     valid_until: Instant,
     released: bool,
+    /// The Lease as last written by this process (a renewal replaces it
+    /// at its resourceVersion: no read first; a write by anyone else in
+    /// between makes it fail with 409).
+    last: Option<Lease>,
 }
 
 /// A held Lease: renewed in the background until dropped, then deleted.
@@ -480,18 +533,20 @@ impl Held {
                 rv: String::new(),
                 valid_until: Instant::now() + Duration::from_secs(u64::from(u32::MAX)),
                 released: true,
+                last: None,
             })),
             lost: Arc::new(AtomicBool::new(false)),
             renew: None,
         }
     }
 
-    fn start(leases: Leases, name: &str, rv: String) -> Held {
+    fn start(leases: Leases, name: &str, stored: Lease) -> Held {
         let duration = leases.0.duration;
         let state = Arc::new(Mutex::new(HeldState {
-            rv,
+            rv: stored.metadata.resource_version.clone().unwrap_or_default(),
             valid_until: Instant::now() + duration,
             released: false,
+            last: Some(stored),
         }));
         let lost = Arc::new(AtomicBool::new(false));
         let renew = {
@@ -540,12 +595,15 @@ async fn renew_once(
     lost: &Arc<AtomicBool>,
 ) -> bool {
     let api = &leases.0.api;
-    let rv = match state.lock() {
-        Ok(s) => s.rv.clone(),
+    let (rv, last) = match state.lock() {
+        Ok(s) => (s.rv.clone(), s.last.clone()),
         Err(_) => return false,
     };
     let attempt = async {
-        let mut l = api.get(name).await?;
+        let mut l = match last {
+            Some(l) if l.metadata.resource_version.as_deref() == Some(rv.as_str()) => l,
+            _ => api.get(name).await?,
+        };
         if l.metadata.resource_version.as_deref() != Some(rv.as_str()) {
             return Ok::<Option<Lease>, kube::Error>(None);
         }
@@ -560,8 +618,9 @@ async fn renew_once(
     match attempt.await {
         Ok(Some(l)) => {
             if let Ok(mut s) = state.lock() {
-                s.rv = l.metadata.resource_version.unwrap_or_default();
+                s.rv = l.metadata.resource_version.clone().unwrap_or_default();
                 s.valid_until = started + leases.0.duration;
+                s.last = Some(l);
             }
             true
         }

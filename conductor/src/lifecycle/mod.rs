@@ -18,9 +18,11 @@
 //! - [`reconcile`]: the status worker (watch events -> rows, drift repair,
 //!   nodegroup removal, update timeouts); [`resume`]: what a previous
 //!   conductor left in progress;
-//! - [`watch`]: reflectors on the CAPI kinds, one event = one cluster to look at;
+//! - [`watch`]: watches on the CAPI kinds, one event = one cluster to look at,
+//!   into [`cache`] (pure: indexed by cluster, projected objects);
 //! - [`credentials`] and [`keystone`]: the OpenStack credentials of clusters.
 
+pub mod cache;
 pub mod create;
 pub mod credentials;
 pub mod delete;

@@ -17,8 +17,10 @@
 //!
 //! No request per cluster at rest: the only traffic is the open watches.
 
-use std::collections::HashSet;
-use std::time::Duration;
+use std::collections::{HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
 
 use common::db::DbError;
 use common::db::model::{CLUSTER, NODEGROUP, SqlValue};
@@ -36,6 +38,12 @@ use crate::capi::status::{self, Clock, GroupTarget, Targets};
 
 /// How long a failed status pass waits before it is tried again.
 const RETRY: Duration = Duration::from_secs(5);
+
+/// Clusters of a full pass looked at between two looks at the queue.
+const FULL_PASS_SLICE: usize = 64;
+
+/// Status passes run at once.
+const STATUS_CONCURRENCY: usize = 4;
 
 /// Targets that check nothing but existence (rows that cannot be rendered:
 /// health and addresses still follow).
@@ -58,9 +66,23 @@ impl Engine {
     pub(super) async fn status_worker(self, mut rx: super::watch::KickQueue) {
         self.0.watches.wait_ready().await;
         tracing::info!("management cluster caches synced");
-        while let Some(first) = rx.recv().await {
+        // What is left of the current full pass: worked through a slice at
+        // a time, after whatever the watches report meanwhile (a full pass
+        // over 10,000 clusters takes seconds; a status change must not wait
+        // behind it).
+        let mut backlog: VecDeque<Kick> = VecDeque::new();
+        let mut full_started: Option<Instant> = None;
+        loop {
+            let first = if backlog.is_empty() {
+                match rx.recv().await {
+                    Some(k) => Some(k),
+                    None => return,
+                }
+            } else {
+                rx.try_recv()
+            };
             // Coalesce a burst of events into one pass per cluster.
-            let mut batch: HashSet<Kick> = HashSet::from([first]);
+            let mut batch: HashSet<Kick> = first.into_iter().collect();
             while let Some(k) = rx.try_recv() {
                 batch.insert(k);
             }
@@ -69,12 +91,34 @@ impl Engine {
             }
             if !self.0.leases.is_leader() {
                 // Another conductor writes statuses (see super::lease).
+                backlog.clear();
+                full_started = None;
                 continue;
             }
-            if batch.contains(&Kick::All) {
-                batch = self.all_in_progress().await;
+            if batch.remove(&Kick::All) {
+                // A newer full pass replaces one under way.
+                backlog = self.all_in_progress().await.into_iter().collect();
+                full_started = Some(Instant::now());
             }
-            for k in batch {
+            self.reconcile_all(batch.into_iter().collect()).await;
+            let n = backlog.len().min(FULL_PASS_SLICE);
+            self.reconcile_all(backlog.drain(..n).collect()).await;
+            if backlog.is_empty()
+                && let Some(t) = full_started.take()
+            {
+                let took = t.elapsed();
+                self.0.metrics.full_pass_seconds.set(took.as_secs_f64());
+                self.0.metrics.full_passes.inc();
+                tracing::debug!(seconds = took.as_secs_f64(), "full status pass done");
+            }
+        }
+    }
+
+    /// Status passes for `kicks`, [`STATUS_CONCURRENCY`] at a time (each
+    /// holds its cluster's lock; they wait mostly on the database).
+    async fn reconcile_all(&self, kicks: Vec<Kick>) {
+        futures_util::stream::iter(kicks)
+            .for_each_concurrent(STATUS_CONCURRENCY, |k| async move {
                 if let Err(e) = self.reconcile(&k).await {
                     self.0.metrics.status_errors.inc();
                     tracing::warn!(kick = ?k, error = %e, "status update failed; retrying in {RETRY:?}");
@@ -84,8 +128,8 @@ impl Engine {
                         kicks.send(k);
                     });
                 }
-            }
-        }
+            })
+            .await;
     }
 
     /// Every cluster the DB or the caches say needs a look.
@@ -119,16 +163,34 @@ impl Engine {
         Ok(match k {
             Kick::All => None,
             Kick::Uuid(u) => repo::get(db, &CLUSTER, &Scope::admin(), u).await.ok(),
-            Kick::Cluster(ns, name) => repo::select(
-                db,
-                &CLUSTER,
-                &Scope::admin(),
-                &[("stack_id", SqlValue::Str(name.clone()))],
-                None,
-            )
-            .await?
-            .into_iter()
-            .find(|c| self.namespace_of(c) == *ns),
+            Kick::Cluster(ns, name) => {
+                let ours = |c: &MagnumObject| {
+                    c.get_str("stack_id") == Some(name.as_str()) && self.namespace_of(c) == *ns
+                };
+                // The CAPI Cluster names its Magnum cluster (our uuid label):
+                // one lookup on the uuid's unique index. (Magnum's schema has
+                // no index on `stack_id`: a select by it reads the table.)
+                if let Some(u) = self.0.watches.uuid_of(ns, name) {
+                    match repo::get(db, &CLUSTER, &Scope::admin(), &u).await {
+                        Ok(c) if ours(&c) => return Ok(Some(c)),
+                        // Its row is gone: nothing to write.
+                        Err(DbError::Magnum { .. }) => return Ok(None),
+                        Err(e) => return Err(e.into()),
+                        // A label that does not match: look it up by name.
+                        Ok(_) => {}
+                    }
+                }
+                repo::select(
+                    db,
+                    &CLUSTER,
+                    &Scope::admin(),
+                    &[("stack_id", SqlValue::Str(name.clone()))],
+                    None,
+                )
+                .await?
+                .into_iter()
+                .find(ours)
+            }
         })
     }
 

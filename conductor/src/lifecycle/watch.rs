@@ -1,24 +1,23 @@
 //! Watches on the CAPI objects that carry Magnum clusters' status (I/O).
 //!
-//! One kube-runtime reflector per kind (Cluster, OpenStackCluster,
+//! One kube-runtime watcher per kind (Cluster, OpenStackCluster,
 //! KubeadmControlPlane, MachineDeployment, Machine, HelmReleaseProxy),
 //! across namespaces, filtered by the `cluster.x-k8s.io/cluster-name` label
 //! that CAPI and the addon provider put on all of them. Every event names
 //! the cluster it belongs to (namespace + CAPI cluster name = `stack_id`)
 //! on a channel; the status worker recomputes that one cluster from the
-//! caches. No request per cluster: the only traffic is the open watches.
+//! cache ([`super::cache`]: indexed by cluster, projected). No request per cluster: the only traffic is the open watches.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 
 use futures_util::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
-use serde_json::Value;
 use tokio::sync::mpsc;
 
+use super::cache::{Cache, Key, Role};
 use crate::capi::render::{CLUSTER_NAME_LABEL, CapiLine};
 use crate::capi::status::Observed;
 use crate::metrics::Metrics;
@@ -101,16 +100,6 @@ impl KickQueue {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Role {
-    Cluster,
-    Infra,
-    ControlPlane,
-    MachineDeployment,
-    Machine,
-    HelmRelease,
-}
-
 /// The watched kinds for a CAPI line: (role, apiVersion, kind, plural).
 fn kinds(line: CapiLine) -> [(Role, &'static str, &'static str, &'static str); 6] {
     let (capi, kcp) = match line {
@@ -153,89 +142,136 @@ fn kinds(line: CapiLine) -> [(Role, &'static str, &'static str, &'static str); 6
     ]
 }
 
-/// The (namespace, CAPI cluster name) an object belongs to.
-pub fn key_of(o: &DynamicObject) -> Option<(String, String)> {
-    let ns = o.metadata.namespace.clone()?;
-    let name = o
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(CLUSTER_NAME_LABEL))
-        .cloned()?;
-    Some((ns, name))
-}
-
-/// The caches of the six kinds.
+/// The watches' cache (see [`super::cache`]).
 #[derive(Clone)]
 pub struct Watches {
-    stores: Vec<(Role, Store<DynamicObject>)>,
+    cache: Arc<RwLock<Cache>>,
+    kinds: usize,
     /// Kinds whose initial list has completed at least once.
     ready: Arc<AtomicUsize>,
     /// Woken each time a kind completes its first list.
     ready_changed: Arc<tokio::sync::Notify>,
 }
 
+/// What one watch event means for the status worker.
+enum Touched {
+    Clusters(Vec<Key>),
+    /// A (re)list completed: objects may have gone without an event.
+    Everything,
+}
+
 impl Watches {
-    /// Start the reflectors; events go to `kicks`.
+    /// Start the watches; events go to `kicks`.
     pub fn spawn(client: kube::Client, line: CapiLine, kicks: Kicks, metrics: Metrics) -> Watches {
-        let ready = Arc::new(AtomicUsize::new(0));
-        let ready_changed = Arc::new(tokio::sync::Notify::new());
-        let mut stores = Vec::new();
+        let watches = Watches {
+            cache: Arc::new(RwLock::new(Cache::default())),
+            kinds: Role::ALL.len(),
+            ready: Arc::new(AtomicUsize::new(0)),
+            ready_changed: Arc::new(tokio::sync::Notify::new()),
+        };
         for (role, av, kind, plural) in kinds(line) {
             let (group, version) = av.rsplit_once('/').unwrap_or(("", av));
             let ar = ApiResource::from_gvk_with_plural(
                 &GroupVersionKind::gvk(group, version, kind),
                 plural,
             );
-            let writer = reflector::store::Writer::new(ar.clone());
-            stores.push((role, writer.as_reader()));
             let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
             let config = watcher::Config::default().labels(CLUSTER_NAME_LABEL);
             let kicks = kicks.clone();
-            let ready = ready.clone();
-            let ready_changed = ready_changed.clone();
             let metrics = metrics.clone();
+            let w = watches.clone();
             tokio::spawn(async move {
                 let mut first_init = true;
-                let stream =
-                    reflector::reflector(writer, watcher::watcher(api, config)).default_backoff();
+                let stream = watcher::watcher(api, config).default_backoff();
                 futures_util::pin_mut!(stream);
                 while let Some(ev) = stream.next().await {
-                    match ev {
-                        Ok(Event::Apply(o) | Event::Delete(o) | Event::InitApply(o)) => {
-                            metrics.watch_events.with_label_values(&[kind]).inc();
-                            if let Some((ns, name)) = key_of(&o) {
-                                kicks.send(Kick::Cluster(ns, name));
-                            }
-                        }
-                        Ok(Event::Init) => {}
-                        Ok(Event::InitDone) => {
-                            if first_init {
-                                first_init = false;
-                                ready.fetch_add(1, Ordering::SeqCst);
-                                ready_changed.notify_waiters();
-                            }
-                            kicks.send(Kick::All);
-                        }
+                    let ev = match ev {
+                        Ok(ev) => ev,
                         Err(e) => {
                             metrics.watch_errors.with_label_values(&[kind]).inc();
                             tracing::warn!(kind, error = %e, "watch failed; retrying with backoff");
+                            continue;
+                        }
+                    };
+                    if matches!(ev, Event::Apply(_) | Event::Delete(_) | Event::InitApply(_)) {
+                        metrics.watch_events.with_label_values(&[kind]).inc();
+                    }
+                    match w.record(role, ev) {
+                        Touched::Clusters(keys) => {
+                            for (ns, name) in keys {
+                                kicks.send(Kick::Cluster(ns, name));
+                            }
+                        }
+                        Touched::Everything => {
+                            if first_init {
+                                first_init = false;
+                                w.ready.fetch_add(1, Ordering::SeqCst);
+                                w.ready_changed.notify_waiters();
+                            }
+                            kicks.send(Kick::All);
                         }
                     }
+                    let size = w.read().size(role);
+                    metrics
+                        .cache_objects
+                        .with_label_values(&[kind])
+                        .set(size.objects as i64);
+                    metrics
+                        .cache_bytes
+                        .with_label_values(&[kind])
+                        .set(size.bytes as i64);
                 }
                 tracing::error!(kind, "watch stream ended");
             });
         }
-        Watches {
-            stores,
-            ready,
-            ready_changed,
+        watches
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Cache> {
+        // Every update completes under the lock (nothing in it panics on
+        // input), so even a poisoned lock guards a whole cache.
+        self.cache.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Cache> {
+        self.cache.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// File one watch event in the cache.
+    fn record(&self, role: Role, ev: Event<DynamicObject>) -> Touched {
+        // Converted outside the lock (the status worker reads meanwhile).
+        let value = |o: DynamicObject| serde_json::to_value(o).ok();
+        match ev {
+            Event::Apply(o) => Touched::Clusters(match value(o) {
+                Some(v) => self.write().apply(role, v),
+                None => Vec::new(),
+            }),
+            Event::Delete(o) => Touched::Clusters(
+                value(o)
+                    .and_then(|v| self.write().delete(role, &v))
+                    .into_iter()
+                    .collect(),
+            ),
+            Event::Init => {
+                self.write().relist_begin(role);
+                Touched::Clusters(Vec::new())
+            }
+            Event::InitApply(o) => {
+                if let Some(v) = value(o) {
+                    self.write().relist_apply(role, v);
+                }
+                Touched::Clusters(Vec::new())
+            }
+            Event::InitDone => {
+                self.write().relist_done(role);
+                Touched::Everything
+            }
         }
     }
 
     /// Every kind has listed once: the caches can say "gone".
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::SeqCst) >= self.stores.len()
+        self.ready.load(Ordering::SeqCst) >= self.kinds
     }
 
     /// Wait until [`Watches::is_ready`] (for startup). Any number of tasks
@@ -254,54 +290,26 @@ impl Watches {
         }
     }
 
-    /// What the caches hold for CAPI cluster `name` in `ns`.
+    /// What the cache holds for CAPI cluster `name` in `ns`.
     pub fn observed(&self, ns: &str, name: &str) -> Observed {
-        let mut o = Observed::default();
-        for (role, store) in &self.stores {
-            let mut items: Vec<Value> = store
-                .state_filter(|d| {
-                    d.metadata.namespace.as_deref() == Some(ns)
-                        && (if *role == Role::Cluster {
-                            d.metadata.name.as_deref() == Some(name)
-                        } else {
-                            key_of(d).is_some_and(|(_, n)| n == name)
-                        })
-                })
-                .into_iter()
-                .filter_map(|d| serde_json::to_value(&*d).ok())
-                .collect();
-            items.sort_by(|a, b| {
-                a["metadata"]["name"]
-                    .as_str()
-                    .cmp(&b["metadata"]["name"].as_str())
-            });
-            match role {
-                Role::Cluster => o.cluster = items.into_iter().next(),
-                Role::Infra => o.infra = items.into_iter().next(),
-                Role::ControlPlane => o.control_plane = items.into_iter().next(),
-                Role::MachineDeployment => o.machine_deployments = items,
-                Role::Machine => o.machines = items,
-                Role::HelmRelease => o.helm_releases = items,
-            }
-        }
-        o
+        self.read().observed(ns, name)
     }
 
     /// Every (namespace, name) of a CAPI Cluster in the cache.
     pub fn clusters(&self) -> Vec<(String, String)> {
-        self.stores
-            .iter()
-            .filter(|(r, _)| *r == Role::Cluster)
-            .flat_map(|(_, s)| s.state())
-            .filter_map(|d| Some((d.metadata.namespace.clone()?, d.metadata.name.clone()?)))
-            .collect()
+        self.read().clusters()
+    }
+
+    /// The Magnum cluster uuid a cached CAPI Cluster carries.
+    pub fn uuid_of(&self, ns: &str, name: &str) -> Option<String> {
+        self.read().uuid_of(ns, name)
     }
 }
 
 impl std::fmt::Debug for Watches {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Watches")
-            .field("kinds", &self.stores.len())
+            .field("kinds", &self.kinds)
             .field("ready", &self.is_ready())
             .finish()
     }

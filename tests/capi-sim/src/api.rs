@@ -250,6 +250,33 @@ fn admin(sim: &Sim, method: &Method, path: &str, body: &Bytes) -> Option<Respons
             sim.drop_watches();
             ok(json!({"status": "dropped"}))
         }
+        ("POST", "/_sim/clone") => {
+            // {"namespace", "cluster", "uuid", "copies": [[name, uuid], ...]}
+            let req: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+            let text = |k: &str| req.get(k).and_then(Value::as_str).unwrap_or_default();
+            let copies: Vec<(String, String)> = req
+                .get("copies")
+                .and_then(|c| serde_json::from_value(c.clone()).ok())
+                .unwrap_or_default();
+            if text("namespace").is_empty() || text("cluster").is_empty() || text("uuid").is_empty()
+            {
+                return Some(error(&ApiError::new(
+                    400,
+                    "BadRequest",
+                    "namespace, cluster, uuid and copies are required",
+                )));
+            }
+            let r = sim.with(|s| {
+                match s.clone_cluster(text("namespace"), text("cluster"), text("uuid"), &copies) {
+                    Ok((n, evs)) => (Ok(n), evs),
+                    Err(e) => (Err(e), vec![]),
+                }
+            });
+            match r {
+                Ok(n) => ok(json!({"objects": n})),
+                Err(e) => Some(error(&e)),
+            }
+        }
         ("GET", "/_sim/dump") => ok(sim.read(|s| s.dump())),
         ("GET", "/_sim/requests") => ok(sim.request_counts()),
         ("POST", "/_sim/controllers/pause" | "/_sim/controllers/resume") => {

@@ -1242,6 +1242,65 @@ impl Store {
         json!({"resourceVersion": self.rv.to_string(), "compacted": self.compacted.to_string(), "objects": by_resource})
     }
 
+    /// Copies of one cluster's objects, for fleet-scale benchmarks (not an
+    /// apiserver behaviour: `POST /_sim/clone`). Every object in `ns` named
+    /// `from` or `from-...`, or labelled `cluster.x-k8s.io/cluster-name:
+    /// from`, is copied once per `(name, uuid)` with `from` and `from_uuid`
+    /// replaced throughout (names, labels, references), status included, as
+    /// if its controllers had brought it there. Returns the objects added.
+    pub fn clone_cluster(
+        &mut self,
+        ns: &str,
+        from: &str,
+        from_uuid: &str,
+        copies: &[(String, String)],
+    ) -> Result<(usize, Vec<Arc<Event>>), ApiError> {
+        let prefix = format!("{from}-");
+        let mut originals = Vec::new();
+        for res in 0..self.resources.len() {
+            for ((ons, name), obj) in &self.objects[res] {
+                let labelled = obj
+                    .pointer("/metadata/labels/cluster.x-k8s.io~1cluster-name")
+                    .and_then(Value::as_str)
+                    == Some(from);
+                if ons == ns && (name == from || name.starts_with(&prefix) || labelled) {
+                    originals.push((res, obj.to_string()));
+                }
+            }
+        }
+        let mut events = Vec::new();
+        for (name, uuid) in copies {
+            for (res, text) in &originals {
+                let text = text.replace(from, name).replace(from_uuid, uuid);
+                let mut obj: Value = serde_json::from_str(&text)
+                    .map_err(|e| ApiError::new(500, "InternalError", e.to_string()))?;
+                let Some(oname) = obj
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                else {
+                    continue;
+                };
+                let key = self.key(*res, Some(ns), &oname);
+                if self.objects[*res].contains_key(&key) {
+                    return Err(ApiError::new(
+                        409,
+                        "AlreadyExists",
+                        format!("{} \"{oname}\" already exists", self.qualified(*res)),
+                    ));
+                }
+                self.rv += 1;
+                let m = metadata_mut(&mut obj)?;
+                m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+                m.insert("resourceVersion".into(), json!(self.rv.to_string()));
+                self.index(*res, &key, &obj);
+                self.objects[*res].insert(key, obj.clone());
+                events.push(self.record(*res, EventType::Added, &obj));
+            }
+        }
+        Ok((originals.len() * copies.len(), events))
+    }
+
     /// All current objects of a resource (a watch without resourceVersion
     /// starts with them as ADDED).
     pub fn snapshot(&self, res: usize) -> Vec<Value> {

@@ -1,0 +1,51 @@
+"""Each benchmark still runs, at a tiny size (the figures are not checked:
+benchmarks are commands, see docs/benchmarks.md; this keeps them from
+rotting between measurements).
+
+Debug builds, as the rest of the suite: the scripts in scripts/ run the
+same Python drivers on release builds.
+"""
+import json
+import os
+import subprocess
+import sys
+
+from conftest import CONDUCTOR_BIN, ROOT
+from test_lifecycle import CRDS, SIM_BIN
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LOAD_BIN = os.path.join(os.path.dirname(CONDUCTOR_BIN), "mc-rpc-load")
+
+
+def run(script, *args, timeout=900):
+    p = subprocess.run([sys.executable, os.path.join(HERE, script), *map(str, args)], capture_output=True,
+                       text=True, timeout=timeout, cwd=ROOT)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return p.stdout
+
+
+def test_status_benchmark_runs_and_grows_the_fleet():
+    out = run("bench_status.py", "--conductor", CONDUCTOR_BIN, "--sim", SIM_BIN, "--crds", CRDS, "--clusters", 2,
+              "--total", 6, "--samples", 2, "--steady-seconds", 1, "--churn-per-second", 5,
+              "--restart-samples", 2)
+    s = json.loads(out.strip().splitlines()[-1])
+    assert s["failed"] == 0 and s["total"] == 6, s
+    assert s["cache"]["Cluster"]["objects"] == 6, "the copies are watched like the created ones"
+    assert s["latency_ms"]["samples"] == 4 and s["restart_caught_up_seconds"] > 0, s
+    assert s["steady_requests_per_minute"].get("GET", 0) == 0, s
+
+
+def test_rpc_load_benchmark_runs_against_all_targets():
+    out = run("bench_load.py", "--load", LOAD_BIN, "--conductor", CONDUCTOR_BIN, "--calls", 40, "--casts", 100,
+              "--concurrency", 1, 4, "--connections", 2, "--python-workers", 1)
+    results = json.loads(out.strip().splitlines()[-1])
+    targets = {(r["target"], r["kind"]) for r in results}
+    assert targets == {(t, k) for t in ("echo", "python-w1", "rust") for k in ("call", "cast")}, targets
+    assert all(r.get("failed", 0) == 0 for r in results), results
+    assert "rust / python-w1" in out
+
+
+def test_day2_benchmark_runs():
+    out = run("bench_day2.py", "--conductor", CONDUCTOR_BIN, "--sim", SIM_BIN, "--crds", CRDS, "--clusters", 1)
+    s = json.loads(out.strip().splitlines()[-1])
+    assert s["clusters"] == 1 and s["to_update_complete_ms"], s
