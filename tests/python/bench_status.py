@@ -135,11 +135,16 @@ def grow(server, url, n):
                                                       "uuid": seed["uuid"], "copies": chunk})
             assert r["objects"] > 0, r
 
-        def row(src, **over):
+        def row(src, copy, **over):
+            """A copy of a row: the seed's stack id replaced by the copy's
+            name in every text column (machine names in health reasons,
+            addresses' owners), as the copy's CAPI objects were renamed."""
             out = {}
             for k, v in src.items():
                 if k == "id":
                     continue
+                if isinstance(v, str):
+                    v = v.replace(seed["stack_id"], copy)
                 out[k] = over.get(k, v)
             return out
 
@@ -151,9 +156,9 @@ def grow(server, url, n):
         with conn.cursor() as cur:
             for i in range(0, n, 1000):
                 chunk = copies[i:i + 1000]
-                insert(cur, "cluster", [row(seed, uuid=u, name=f"copy-{name}", stack_id=name) for name, u in chunk])
-                insert(cur, "nodegroup", [row(ng, uuid=str(uuid.uuid4()), cluster_id=u,
-                                              stack_id=(ng["stack_id"] or "").replace(seed["stack_id"], name) or None)
+                insert(cur, "cluster", [row(seed, name, uuid=u, name=f"copy-{name}", stack_id=name)
+                                        for name, u in chunk])
+                insert(cur, "nodegroup", [row(ng, name, uuid=str(uuid.uuid4()), cluster_id=u)
                                           for name, u in chunk for ng in seed_ngs])
             conn.commit()
 

@@ -24,11 +24,16 @@ def run(script, *args, timeout=900):
     return p.stdout
 
 
+def last_json(out):
+    """The report line (oslo.messaging may log after it, to stdout)."""
+    return json.loads(next(ln for ln in reversed(out.strip().splitlines()) if ln.startswith(("{", "["))))
+
+
 def test_status_benchmark_runs_and_grows_the_fleet():
     out = run("bench_status.py", "--conductor", CONDUCTOR_BIN, "--sim", SIM_BIN, "--crds", CRDS, "--clusters", 2,
               "--total", 6, "--samples", 2, "--steady-seconds", 1, "--churn-per-second", 5,
               "--restart-samples", 2)
-    s = json.loads(out.strip().splitlines()[-1])
+    s = last_json(out)
     assert s["failed"] == 0 and s["total"] == 6, s
     assert s["cache"]["Cluster"]["objects"] == 6, "the copies are watched like the created ones"
     assert s["latency_ms"]["samples"] == 4 and s["restart_caught_up_seconds"] > 0, s
@@ -38,7 +43,7 @@ def test_status_benchmark_runs_and_grows_the_fleet():
 def test_rpc_load_benchmark_runs_against_all_targets():
     out = run("bench_load.py", "--load", LOAD_BIN, "--conductor", CONDUCTOR_BIN, "--calls", 40, "--casts", 100,
               "--concurrency", 1, 4, "--connections", 2, "--python-workers", 1)
-    results = json.loads(out.strip().splitlines()[-1])
+    results = last_json(out)
     targets = {(r["target"], r["kind"]) for r in results}
     assert targets == {(t, k) for t in ("echo", "python-w1", "rust") for k in ("call", "cast")}, targets
     assert all(r.get("failed", 0) == 0 for r in results), results
@@ -47,5 +52,5 @@ def test_rpc_load_benchmark_runs_against_all_targets():
 
 def test_day2_benchmark_runs():
     out = run("bench_day2.py", "--conductor", CONDUCTOR_BIN, "--sim", SIM_BIN, "--crds", CRDS, "--clusters", 1)
-    s = json.loads(out.strip().splitlines()[-1])
+    s = last_json(out)
     assert s["clusters"] == 1 and s["to_update_complete_ms"], s

@@ -7,7 +7,7 @@ through Magnum's client on the simulator, its CAPI status is changed, and
 the conductor is restarted (a full status pass). Every statement the
 conductor sent meanwhile is taken from its own log (sqlx's statement log,
 `RUST_LOG=sqlx::query=debug`, JSON lines) and EXPLAINed on that database:
-none may read a whole table, except the one named below.
+none may read a whole table, except the ones named below.
 """
 import json
 import os
