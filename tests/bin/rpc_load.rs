@@ -27,7 +27,7 @@ use lapin::options::{
     ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 use rpc_schema::envelope;
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
@@ -115,22 +115,6 @@ fn request(template: &Map<String, Value>, reply_q: Option<&str>) -> (String, Vec
     }
     m.insert("_unique_id".into(), Value::String(hex_id()));
     (msg_id, envelope::encode(&m))
-}
-
-/// The properties oslo.messaging 18 puts on a request (as recorded).
-fn properties(call: bool) -> BasicProperties {
-    let p = BasicProperties::default()
-        .with_content_type("application/json".into())
-        .with_content_encoding("utf-8".into())
-        .with_delivery_mode(2)
-        .with_priority(0)
-        .with_headers(FieldTable::default());
-    if call {
-        // rpc_response_timeout (60 s) in milliseconds.
-        p.with_expiration("60000".into())
-    } else {
-        p
-    }
 }
 
 /// Byte-compare against the fixtures; the differences listed.
@@ -255,7 +239,8 @@ impl Client {
                 topic.into(),
                 BasicPublishOptions::default(),
                 body,
-                properties(call),
+                // What oslo.messaging puts on a request (as recorded).
+                integration_tests::oslo_properties(call),
             )
             .await?;
         Ok(())
@@ -456,7 +441,8 @@ async fn echo(url: &str, topic: &str, consumers: usize) -> Result<(), Error> {
                         q.into(),
                         BasicPublishOptions::default(),
                         &envelope::encode(&r),
-                        properties(false),
+                        // What the conductor puts on a reply.
+                        conductor::reply::properties(None),
                     )
                     .await?;
                 }
