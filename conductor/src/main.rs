@@ -227,6 +227,7 @@ async fn start_lifecycle(
     metrics: &Metrics,
     notifier: &conductor::notify::Notifier,
     server_id: &str,
+    broker: conductor::lifecycle::elect::ConnectionWatch,
 ) -> Result<Option<conductor::lifecycle::Engine>, ExitCode> {
     let required = cfg.capi.kubeconfig.is_some();
     let connected = async {
@@ -296,6 +297,7 @@ async fn start_lifecycle(
                     .clone()
                     .unwrap_or_else(|| "conductor".into())
             ),
+            broker,
         })
         .await,
     ))
@@ -362,7 +364,17 @@ async fn run(cfg: Config, log_handle: conductor::logging::Handle) -> ExitCode {
     let publisher = conductor::server::publisher_channel();
     let notifier =
         conductor::notify::Notifier::from_config(&cfg, publisher.1.clone(), metrics.clone());
-    let lifecycle = match start_lifecycle(&cfg, &database, &metrics, &notifier, &server_id).await {
+    let (connection_tx, connection_rx) = tokio::sync::watch::channel(None);
+    let lifecycle = match start_lifecycle(
+        &cfg,
+        &database,
+        &metrics,
+        &notifier,
+        &server_id,
+        connection_rx,
+    )
+    .await
+    {
         Ok(l) => l,
         Err(code) => return code,
     };
@@ -379,7 +391,8 @@ async fn run(cfg: Config, log_handle: conductor::logging::Handle) -> ExitCode {
         metrics,
         health,
         publisher,
-    );
+    )
+    .with_connection_watch(connection_tx);
     server.run(shutdown_signal()).await;
     if let Some(e) = engine {
         e.step_down().await;

@@ -55,6 +55,10 @@ pub struct Metrics {
     pub lease_busy: IntCounterVec,
     /// Cluster Leases taken over from a conductor that stopped renewing them.
     pub lease_takeovers: IntCounter,
+    /// Times this process stopped leading, by reason (`broker`: the
+    /// connection owning the leader queue ended; `apiserver`: it stepped
+    /// down, cut off from the management cluster).
+    pub leader_stepdowns: IntCounterVec,
     /// Status passes put off because the cluster was busy here or elsewhere.
     pub status_deferred: IntCounter,
     /// Times the status-kick queue was full (the worker then does a full pass).
@@ -271,6 +275,14 @@ impl Metrics {
                     "Cluster Leases taken over from a conductor that stopped renewing them.",
                 )
                 .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            leader_stepdowns: reg(
+                &registry,
+                counter_vec(
+                    "leader_stepdowns_total",
+                    "Times this conductor stopped leading under the broker election, by reason (broker, apiserver).",
+                    &["reason"],
+                ),
             ),
             status_deferred: reg(
                 &registry,

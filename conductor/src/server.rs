@@ -58,6 +58,9 @@ pub struct RpcServer<H: Handlers> {
         watch::Sender<Option<Channel>>,
         watch::Receiver<Option<Channel>>,
     ),
+    /// The current connection, for the broker leader election
+    /// (`crate::lifecycle::elect`).
+    connection: watch::Sender<Option<Arc<Connection>>>,
 }
 
 /// The publisher channel the RPC server will keep current (give the
@@ -121,7 +124,17 @@ impl<H: Handlers> RpcServer<H> {
             metrics,
             health,
             publisher,
+            connection: watch::channel(None).0,
         }
+    }
+
+    /// Keep `connection` current (`None` while disconnected).
+    pub fn with_connection_watch(
+        mut self,
+        connection: watch::Sender<Option<Arc<Connection>>>,
+    ) -> Self {
+        self.connection = connection;
+        self
     }
 
     /// Run until `shutdown` resolves; then stop consuming, wait (bounded by
@@ -177,7 +190,7 @@ impl<H: Handlers> RpcServer<H> {
                 c = amqp::connect(&cfg, target) => c,
             };
             let conn = match conn {
-                Ok(c) => c,
+                Ok(c) => Arc::new(c),
                 Err(e) => {
                     self.metrics.amqp_connect_failures.inc();
                     let delay = amqp::retry_delay(&cfg, attempt);
@@ -218,6 +231,7 @@ impl<H: Handlers> RpcServer<H> {
             attempt = 0;
             tracing::info!(target = %target.label, "connected to AMQP server, consuming");
             let _ = chan_tx.send(Some(session.publisher.clone()));
+            self.connection.send_replace(Some(conn.clone()));
             self.metrics.amqp_connected.set(1);
             self.health.consuming.store(true, Ordering::SeqCst);
 
@@ -248,11 +262,13 @@ impl<H: Handlers> RpcServer<H> {
                             .await;
                     }
                     let _ = chan_tx.send(None);
+                    self.connection.send_replace(None);
                     let _ = conn.close(200, "shutdown".into()).await;
                     return;
                 }
                 SessionEnd::Lost(why) => {
                     let _ = chan_tx.send(None);
+                    self.connection.send_replace(None);
                     tracing::error!(reason = %why, "lost the AMQP connection; reconnecting");
                     let _ = conn.close(320, "reconnecting".into()).await;
                     let delay = Duration::from_secs_f64(r.kombu_reconnect_delay);

@@ -172,6 +172,8 @@ def main():
     ap.add_argument("--samples", type=int, default=200)
     ap.add_argument("--steady-seconds", type=int, default=60)
     ap.add_argument("--total", type=int, default=0, help="grow the fleet to this many clusters by copying")
+    ap.add_argument("--create-timeout", type=int, default=3600,
+                    help="seconds the --clusters creates may take before the run gives up")
     ap.add_argument("--churn-per-second", type=float, default=0.0,
                     help="status changes per second on other clusters while latency is sampled")
     ap.add_argument("--sample-interval", type=float, default=0.1,
@@ -227,12 +229,20 @@ def main():
                 cur.execute(f"SELECT status, COUNT(*) FROM `{db}`.cluster GROUP BY status")
                 return dict(cur.fetchall())
 
+        milestones, next_report = {}, time.time() + 60
         while True:
             s = statuses()
-            if s.get("CREATE_COMPLETE", 0) + s.get("CREATE_FAILED", 0) >= a.clusters:
+            done = s.get("CREATE_COMPLETE", 0) + s.get("CREATE_FAILED", 0)
+            step = max(a.clusters // 10, 1)
+            for m in range(step, done + 1, step):
+                milestones.setdefault(m, round(time.time() - t0, 1))
+            if time.time() >= next_report:
+                next_report += 60
+                print(f"bench-status: {round(time.time() - t0)} s after the first cast: {s}", file=sys.stderr, flush=True)
+            if done >= a.clusters:
                 break
-            if time.time() - t0 > 3600:
-                raise SystemExit(f"not complete after an hour: {s}")
+            if time.time() - t0 > a.create_timeout:
+                raise SystemExit(f"not complete after {a.create_timeout} s: {s}; milestones {milestones}")
             time.sleep(2)
         complete_s = time.time() - t0
         failed = s.get("CREATE_FAILED", 0)
@@ -304,7 +314,7 @@ def main():
         lat.sort()
         q = statistics.quantiles(lat, n=100, method="inclusive")
         summary = dict(clusters=a.clusters, total=max(a.total, a.clusters), failed=failed, cast_seconds=round(cast_s, 1),
-                       all_complete_seconds=round(complete_s, 1), steady_requests_per_minute=per_min, requests_by_client=after,
+                       all_complete_seconds=round(complete_s, 1), complete_milestones_seconds=milestones, steady_requests_per_minute=per_min, requests_by_client=after,
                        latency_ms=dict(samples=len(lat), p50=round(q[49], 1), p99=round(q[98], 1),
                                        max=round(lat[-1], 1)),
                        conductor_rss_mib=rss_mib(conductor.proc.pid), conductor_rss_mib_after_create=rss_created,

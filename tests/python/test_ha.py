@@ -1,20 +1,28 @@
 """Several conductors on one queue, one database and one management cluster.
 
-Production runs three (openstack-ansible puts one on each infra host). They
-coordinate through Leases in the management cluster (conductor/src/lifecycle/
-lease.rs): one status leader writes statuses; each cluster's Lease makes its
-operations (on any conductor) and the leader's status passes exclusive; a
-conductor that dies holding one is taken over by the leader after the Lease
-was not renewed for `lease_duration` (5 s here).
+Production runs three (openstack-ansible puts one on each infra host). One
+status leader writes statuses, chosen on the broker (an exclusive queue,
+conductor/src/lifecycle/elect.rs, the default) or through a Lease
+(`leader_election = lease`); each cluster's Lease in the management cluster
+(conductor/src/lifecycle/lease.rs) makes its operations (on any conductor)
+and the leader's status passes exclusive; a conductor that dies holding one
+is taken over by the leader after the Lease was not renewed for
+`lease_duration` (5 s here).
 
-- test_conductors_share_the_work (two, then three conductors): creates and
-  deletes spread over the processes by RabbitMQ; all converge, each cluster has exactly one of each
-  object, nothing is left (rows, keypairs, Secrets, Leases), exactly one
-  leader, and every conductor handled some of the requests.
+- test_conductors_share_the_work (two conductors with the broker election,
+  three with the Lease one): creates and deletes spread over the processes
+  by RabbitMQ; all converge, each cluster has exactly one of each object,
+  nothing is left (rows, keypairs, Secrets, Leases), exactly one leader,
+  and every conductor handled some of the requests.
 - test_owner_killed_mid_create_another_finishes: the conductor driving a
   create (and leading) is killed -9 in the middle of its applies and never
   restarted; the other one becomes leader, takes the cluster's Lease over
   and finishes the create: rows and objects as in a single-conductor run.
+- test_leader_cut_off_from_the_management_cluster_hands_over: the broker
+  lock knows nothing of the management cluster, so the leader judges
+  itself: cut from the apiserver (a TCP proxy), it steps down after
+  `lease_duration` and another conductor leads; back, it does not take the
+  leadership back.
 """
 import json
 import os
@@ -25,7 +33,7 @@ import time
 import pytest
 
 from conftest import Conductor, free_port
-from test_lifecycle import Env
+from test_lifecycle import NAMESPACE, Env
 from test_lifecycle_restart import NOTHING, ONE_CLUSTER, died, objects_of
 
 LEASE_DURATION = 5
@@ -40,12 +48,14 @@ class HaEnv(Env):
         for _ in range(n - 1):
             self.add()
 
-    def add(self, failpoint=None):
+    def add(self, failpoint=None, kubeconfig=None):
         i = len(self.conductors)
         port = free_port()
         conf = str(self.tmp / f"conductor{i}.conf")
         text = open(self.conf).read()
         text = re.sub(r"listen = 127\.0\.0\.1:\d+", f"listen = 127.0.0.1:{port}", text)
+        if kubeconfig:
+            text = re.sub(r"(?m)^kubeconfig = .*$", f"kubeconfig = {kubeconfig}", text)
         open(conf, "w").write(text)
         env = {"MAGNUM_CONDUCTOR_FAILPOINT": failpoint} if failpoint else None
         c = Conductor(conf, port, str(self.tmp / f"conductor{i}.log"), env=env)
@@ -121,9 +131,11 @@ def ha(tmp_path):
     e.close()
 
 
-@pytest.fixture(params=[2, 3])
+@pytest.fixture(params=[(2, "amqp"), (3, "lease")], ids=["2-amqp", "3-lease"])
 def fleet(request, tmp_path):
-    e = HaEnv(tmp_path, request.param)
+    n, election = request.param
+    e = HaEnv(tmp_path, n, extra=f"leader_election = {election}\n")
+    e.election = election
     yield e
     e.close()
 
@@ -154,9 +166,11 @@ def test_conductors_share_the_work(fleet):
     assert ha.client("get", "00000000-0000-0000-0000-000000000000")["x509keypairs"] == before
     ops = assert_never_two_at_once(logs)
     print(f"{ops} operations over {len(logs)} conductors, never two on one cluster at once")
-    # Only the leader's Lease is left: every cluster Lease was released.
+    # Only the leader's Lease is left (none with the broker election):
+    # every cluster Lease was released.
+    left = {"magnum-conductor-leader"} if ha.election == "lease" else set()
     deadline = time.time() + 10
-    while set(leases(ha)) != {"magnum-conductor-leader"}:
+    while set(leases(ha)) != left:
         assert time.time() < deadline, leases(ha)
         time.sleep(0.2)
 
@@ -193,6 +207,80 @@ def test_owner_killed_mid_create_another_finishes(ha):
     got, _ = ha.wait(uuid, lambda g: g["cluster"] is None)
     assert objects_of(ha, uuid) == NOTHING
     ha.conductor = other
+
+
+def wait_for(what, cond, timeout):
+    deadline = time.time() + timeout
+    while not cond():
+        assert time.time() < deadline, what
+        time.sleep(0.2)
+    return time.time()
+
+
+def test_leader_cut_off_from_the_management_cluster_hands_over(tmp_path):
+    from test_lifecycle_db_outage import CuttableProxy
+    e = HaEnv(tmp_path, 1)
+    sim_port = int(e.sim.server.rsplit(":", 1)[1])
+    proxy = CuttableProxy(("127.0.0.1", sim_port))
+    proxied = tmp_path / "proxied.kubeconfig"
+    proxied.write_text(open(e.sim.kubeconfig).read().replace(
+        f"127.0.0.1:{sim_port}", f"127.0.0.1:{proxy.port}"))
+    try:
+        first = e.conductor
+        wait_for("no leader", lambda: leaders(e) == [first], 30)
+        uuid = e.client("create", e.template, json.dumps({"master_count": 1, "node_count": 1}))["uuid"]
+        got, seen = e.wait(uuid, lambda g: g["cluster"]["status"] != "CREATE_IN_PROGRESS", timeout=120)
+        assert got["cluster"]["status"] == "CREATE_COMPLETE", seen
+        stack_id = got["cluster"]["stack_id"]
+        # The one behind the proxy becomes leader when the first stops.
+        cut = e.add(kubeconfig=str(proxied))
+        first.stop()
+        e.conductors.remove(first)
+        wait_for("the proxied conductor never led", lambda: leaders(e) == [cut], 30)
+        other = e.add()
+        time.sleep(2 * LEASE_DURATION)
+        assert leaders(e) == [cut], "a standby does not take a healthy leader's place"
+        assert leases(e) == {}, "the broker election leaves no leader Lease"
+
+        proxy.cut()
+        cut_at = time.time()
+        took = wait_for("the cut-off leader never handed over",
+                        lambda: leaders(e) == [other], 20 * LEASE_DURATION) - cut_at
+        assert cut.metric("magnum_conductor_leader_stepdowns_total", reason="apiserver") == 1
+        # Stepping down waits `lease_duration` of failed probes (probes
+        # start at the first watch error, at once when the proxy resets the
+        # watches), then the next candidate's round (a third of it).
+        print(f"handed over {took:.1f}s after the cut (lease_duration {LEASE_DURATION}s)")
+        assert took >= LEASE_DURATION, "stepped down before lease_duration of failures"
+        # The new leader writes statuses: CAPI's Ready condition flips
+        # (controllers paused, so the simulator does not flip it back) and
+        # the row follows.
+        e.sim.post("/_sim/controllers/pause")
+        try:
+            path = f"/apis/{e.sim.capi}/namespaces/{NAMESPACE}/clusters/{stack_id}"
+            conditions = e.sim.get(path)["status"]["conditions"]
+            flipped = [dict(c, status="False", reason="Test", severity="Warning", message="down")
+                       if c["type"] == "Ready" else c for c in conditions]
+            e.sim.patch_status(e.sim.capi, "clusters", stack_id, {"status": {"conditions": flipped}})
+            e.wait(uuid, lambda g: g["cluster"]["health_status"] == "UNHEALTHY", timeout=30)
+            e.sim.patch_status(e.sim.capi, "clusters", stack_id, {"status": {"conditions": conditions}})
+            e.wait(uuid, lambda g: g["cluster"]["health_status"] == "HEALTHY", timeout=30)
+        finally:
+            e.sim.post("/_sim/controllers/resume")
+
+        proxy.restore()
+        wait_for("the proxied conductor never saw the apiserver again",
+                 lambda: "the management cluster answers again" in open(cut.log.name).read(),
+                 20 * LEASE_DURATION)
+        time.sleep(2 * LEASE_DURATION)
+        assert leaders(e) == [other], "no flapping: the healthy leader keeps it"
+        e.client("delete", uuid)
+        e.wait(uuid, lambda g: g["cluster"] is None)
+        e.conductor = other
+    finally:
+        e.conductor = e.conductors[-1] if e.conductors else e.conductor
+        e.close()
+        proxy.close()
 
 
 def test_no_rights_on_leases_is_a_clear_startup_error(tmp_path):

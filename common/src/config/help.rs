@@ -474,6 +474,12 @@ pub const HELP: &[(&str, &str, &str)] = &[
     ),
     (
         "capi",
+        "leader_election",
+        "How the status leader is chosen: amqp (an exclusive queue on the broker, nothing \
+         asked of the management cluster at rest) or lease (a Lease renewed in the management cluster).",
+    ),
+    (
+        "capi",
         "lease_namespace",
         "Namespace of the conductors' Leases (created if missing).",
     ),

@@ -248,6 +248,11 @@ pub struct CapiOpts {
     /// Several conductors coordinate through Leases in the management
     /// cluster (false: a lone conductor, no Lease traffic).
     pub ha_leases: bool,
+    /// How the status leader is chosen among several conductors: `amqp`
+    /// (an exclusive queue on the broker they already share: no request to
+    /// the management cluster at rest) or `lease` (a Lease there, renewed
+    /// every third of `lease_duration`).
+    pub leader_election: String,
     /// Namespace of the conductors' Leases (created if missing).
     pub lease_namespace: String,
     /// Seconds a Lease lives without renewal (a dead conductor's work is
@@ -441,6 +446,7 @@ const KNOWN: &[(&str, &[&str])] = &[
             "autoscaler_image",
             "os_distros",
             "ha_leases",
+            "leader_election",
             "lease_namespace",
             "lease_duration",
         ],
@@ -1099,6 +1105,7 @@ impl Config {
             ),
             os_distros: cp.list("os_distros", DEFAULT_OS_DISTROS),
             ha_leases: cp.boolean("ha_leases", true)?,
+            leader_election: cp.choice("leader_election", "amqp", &["amqp", "lease"])?,
             lease_namespace: cp.string("lease_namespace", "magnum-system"),
             lease_duration: cp.int("lease_duration", 15, Some(5), Some(600))? as u64,
         };
@@ -1269,6 +1276,18 @@ mod tests {
         assert!(conf("[oslo_messaging_rabbit]\nkombu_compression = snappy\n").is_err());
         assert!(conf("[oslo_messaging_rabbit]\nrabbit_login_method = NTLM\n").is_err());
         assert!(conf("[metrics]\nlisten = nowhere\n").is_err());
+        let e = conf("[capi]\nleader_election = zookeeper\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[capi] leader_election"), "{e}");
+        assert_eq!(conf("").unwrap().capi.leader_election, "amqp");
+        assert_eq!(
+            conf("[capi]\nleader_election = lease\n")
+                .unwrap()
+                .capi
+                .leader_election,
+            "lease"
+        );
     }
 
     #[test]

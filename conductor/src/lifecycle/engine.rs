@@ -50,6 +50,7 @@ pub(super) struct Inner {
     pub(super) served_distros: Vec<String>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     pub(super) leases: super::lease::Leases,
+    pub(super) broker: super::elect::ConnectionWatch,
     pub(super) kicks: super::watch::Kicks,
     /// Per cluster in an update: its last progress fingerprint and when it
     /// changed (the "no progress" timeout).
@@ -71,6 +72,8 @@ pub struct Services {
     pub notifier: crate::notify::Notifier,
     /// This process's name on the Leases it holds.
     pub identity: String,
+    /// The RPC server's broker connection (the `amqp` leader election).
+    pub broker: super::elect::ConnectionWatch,
 }
 
 /// The lifecycle engine: cloned into the RPC handlers.
@@ -183,6 +186,7 @@ impl Engine {
             served_distros,
             locks: Mutex::new(HashMap::new()),
             leases,
+            broker: s.broker,
             kicks: tx,
             progress: Mutex::new(HashMap::new()),
             update_seen: Mutex::new(HashMap::new()),

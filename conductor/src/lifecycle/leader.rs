@@ -1,6 +1,7 @@
 //! The status leader's duties (see [`super::lease`] for the design).
 //!
-//! Every conductor campaigns for the leader Lease. The one elected:
+//! Every conductor campaigns for the leadership, on the broker
+//! ([`super::elect`], the default) or for the leader Lease. The one elected:
 //!
 //! - resumes what the rows say is in progress ([`Engine::resume`]), except
 //!   clusters whose Lease a live conductor holds (it is driving them);
@@ -42,7 +43,17 @@ impl Engine {
         leases.watch();
         let elected = Arc::new(Notify::new());
         let signal = elected.clone();
-        tokio::spawn(leases.clone().campaign(move || signal.notify_one()));
+        if leases.enabled() && self.0.capi.leader_election == "amqp" {
+            tokio::spawn(super::elect::campaign(
+                self.0.broker.clone(),
+                leases.clone(),
+                self.0.watches.clone(),
+                self.0.metrics.clone(),
+                move || signal.notify_one(),
+            ));
+        } else {
+            tokio::spawn(leases.clone().campaign(move || signal.notify_one()));
+        }
         let every = (leases.duration() / 3).max(Duration::from_secs(1));
         let mut known = Vec::new();
         let mut last_census = std::time::Instant::now() - CENSUS_EVERY;
@@ -113,6 +124,11 @@ impl Engine {
 
     /// At shutdown (in-flight requests done): hand the leadership over.
     pub async fn step_down(&self) {
+        if self.0.capi.leader_election == "amqp" {
+            // The lock went with the RPC server's connection.
+            self.0.leases.set_leader(false);
+            return;
+        }
         self.0.leases.step_down().await;
     }
 

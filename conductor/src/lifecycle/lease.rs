@@ -198,8 +198,19 @@ impl Leases {
         self.0.leader.load(Ordering::SeqCst)
     }
 
-    fn set_leader(&self, v: bool) {
+    pub(super) fn set_leader(&self, v: bool) {
         self.0.leader.store(v, Ordering::SeqCst);
+    }
+
+    /// One small request proving the management cluster answers this
+    /// process (a one-item list of the Leases; the broker election's
+    /// fitness probe, see [`super::elect`]).
+    pub async fn probe(&self) -> Result<(), kube::Error> {
+        self.0
+            .api
+            .list(&ListParams::default().limit(1))
+            .await
+            .map(|_| ())
     }
 
     /// How long this process has seen `name` at `rv`.

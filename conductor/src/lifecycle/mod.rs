@@ -15,6 +15,8 @@
 //! - one module per operation: [`create`], [`delete`], [`scale`]
 //!   (`cluster_update`, `cluster_resize`), [`upgrade`], [`nodegroups`],
 //!   [`rotate`] (`credential_rotate`);
+//! - [`lease`] and [`elect`]: who leads and who drives a cluster among
+//!   several conductors;
 //! - [`reconcile`]: the status worker (watch events -> rows, drift repair,
 //!   nodegroup removal, update timeouts); [`resume`]: what a previous
 //!   conductor left in progress;
@@ -26,6 +28,7 @@ pub mod cache;
 pub mod create;
 pub mod credentials;
 pub mod delete;
+pub mod elect;
 pub mod engine;
 pub mod keystone;
 pub mod leader;

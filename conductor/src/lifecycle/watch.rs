@@ -151,6 +151,8 @@ pub struct Watches {
     ready: Arc<AtomicUsize>,
     /// Woken each time a kind completes its first list.
     ready_changed: Arc<tokio::sync::Notify>,
+    /// When a watch last failed (any kind).
+    last_error: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
 
 /// What one watch event means for the status worker.
@@ -168,6 +170,7 @@ impl Watches {
             kinds: Role::ALL.len(),
             ready: Arc::new(AtomicUsize::new(0)),
             ready_changed: Arc::new(tokio::sync::Notify::new()),
+            last_error: Arc::new(std::sync::Mutex::new(None)),
         };
         for (role, av, kind, plural) in kinds(line) {
             let (group, version) = av.rsplit_once('/').unwrap_or(("", av));
@@ -189,6 +192,7 @@ impl Watches {
                         Ok(ev) => ev,
                         Err(e) => {
                             metrics.watch_errors.with_label_values(&[kind]).inc();
+                            w.note_error();
                             tracing::warn!(kind, error = %e, "watch failed; retrying with backoff");
                             continue;
                         }
@@ -267,6 +271,16 @@ impl Watches {
                 Touched::Everything
             }
         }
+    }
+
+    fn note_error(&self) {
+        let mut t = self.last_error.lock().unwrap_or_else(|p| p.into_inner());
+        *t = Some(std::time::Instant::now());
+    }
+
+    /// When a watch last failed (none since start: `None`).
+    pub fn last_error(&self) -> Option<std::time::Instant> {
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Every kind has listed once: the caches can say "gone".
