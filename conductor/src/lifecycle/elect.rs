@@ -151,10 +151,11 @@ impl Lock {
     }
 
     /// Hand over: delete the queue (the next candidate wins at its next
-    /// round). A failure leaves it to the connection's end.
-    async fn release(self) {
+    /// round). On failure the lock comes back, to be released at the next
+    /// round (left alone, nobody could lead while this connection lives).
+    async fn release(self) -> Option<Lock> {
         let channel = if self.channel.status().connected() {
-            Ok(self.channel)
+            Ok(self.channel.clone())
         } else {
             self.conn.create_channel().await
         };
@@ -168,8 +169,12 @@ impl Lock {
             }
             Err(e) => Err(e),
         };
-        if let Err(e) = deleted {
-            tracing::warn!(error = %e, "cannot delete the leader queue; it goes with this conductor's connection");
+        match deleted {
+            Ok(()) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot delete the leader queue; retrying at the next round");
+                Some(self)
+            }
         }
     }
 }
@@ -190,7 +195,14 @@ pub async fn campaign<F>(
     let patience = leases.duration();
     let mut fitness = Fitness::default();
     let mut held: Option<Lock> = None;
+    // Stepped down, the queue not deleted yet.
+    let mut releasing: Option<Lock> = None;
     loop {
+        if let Some(lock) = releasing.take()
+            && lock.holds(conns.borrow().as_ref())
+        {
+            releasing = lock.release().await;
+        }
         let now = Instant::now();
         if fitness.probe_due(watches.last_error(), now) {
             let ok = match leases.probe().await {
@@ -228,12 +240,13 @@ pub async fn campaign<F>(
                     .with_label_values(&["apiserver"])
                     .inc();
                 leases.set_leader(false);
-                lock.release().await;
+                releasing = lock.release().await;
             }
             Some(lock) => held = Some(lock),
             None => {
                 if let Some(conn) = current.filter(|c| c.status().connected())
                     && fitness.may_campaign()
+                    && releasing.is_none()
                 {
                     match try_lock(&conn, leases.me()).await {
                         Attempt::Won(channel) => {

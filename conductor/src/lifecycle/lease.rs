@@ -5,11 +5,14 @@
 //! management cluster; a request lands on any of them. Two kinds of Lease,
 //! all in `[capi] lease_namespace`, decide who may do what:
 //!
-//! - **`magnum-conductor-leader`**: the status leader. Only it turns watch
-//!   events into row writes, repairs drift, times updates out, resyncs, and
-//!   resumes what was left in progress (when it is elected). One writer:
-//!   no lost update between conductors with differently fresh caches, no
-//!   flapping. The others keep their watches (their handlers read them).
+//! - **`magnum-conductor-leader`**: the status leader, with `[capi]
+//!   leader_election = lease` (by default it is chosen on the broker
+//!   instead, [`super::elect`], and this Lease is not used). Only it turns
+//!   watch events into row writes, repairs drift, times updates out,
+//!   resyncs, and resumes what was left in progress (when it is elected).
+//!   One writer: no lost update between conductors with differently fresh
+//!   caches, no flapping. The others keep their watches (their handlers
+//!   read them).
 //! - **`magnum-cluster-<uuid>`**: one cluster's critical section. An
 //!   operation's steps (any conductor) and a status pass that writes an
 //!   in-progress cluster (the leader) hold it; it is created on entry and
