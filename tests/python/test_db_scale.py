@@ -94,10 +94,7 @@ def test_status_statements_use_indexes(env):
     stack_id = env.client("get", created["uuid"])["cluster"]["stack_id"]
     # The simulated CAPI controller would set Ready back at its next tick.
     env.sim.post("/_sim/controllers/pause")
-    cond = env.sim.get(f"/apis/{env.sim.capi}/namespaces/magnum-9d3c1b2a4e5f46a7b8c9d0e1f2a3b4c5/clusters/{stack_id}")
-    flipped = [dict(c, status="False", reason="Bench", severity="Warning", message="x") if c["type"] == "Ready" else c
-               for c in cond["status"]["conditions"]]
-    env.sim.patch_status(env.sim.capi, "clusters", stack_id, {"status": {"conditions": flipped}})
+    env.sim.flip_ready(stack_id)
     env.wait(created["uuid"], lambda g: g["cluster"]["health_status"] == "UNHEALTHY")
     env.restart()
     deadline = time.time() + 60

@@ -33,7 +33,7 @@ import time
 import pytest
 
 from conftest import Conductor, free_port
-from test_lifecycle import NAMESPACE, Env
+from test_lifecycle import Env
 from test_lifecycle_restart import NOTHING, ONE_CLUSTER, died, objects_of
 
 LEASE_DURATION = 5
@@ -257,13 +257,9 @@ def test_leader_cut_off_from_the_management_cluster_hands_over(tmp_path):
         # the row follows.
         e.sim.post("/_sim/controllers/pause")
         try:
-            path = f"/apis/{e.sim.capi}/namespaces/{NAMESPACE}/clusters/{stack_id}"
-            conditions = e.sim.get(path)["status"]["conditions"]
-            flipped = [dict(c, status="False", reason="Test", severity="Warning", message="down")
-                       if c["type"] == "Ready" else c for c in conditions]
-            e.sim.patch_status(e.sim.capi, "clusters", stack_id, {"status": {"conditions": flipped}})
+            conditions = e.sim.flip_ready(stack_id)
             e.wait(uuid, lambda g: g["cluster"]["health_status"] == "UNHEALTHY", timeout=30)
-            e.sim.patch_status(e.sim.capi, "clusters", stack_id, {"status": {"conditions": conditions}})
+            e.sim.set_conditions(stack_id, conditions)
             e.wait(uuid, lambda g: g["cluster"]["health_status"] == "HEALTHY", timeout=30)
         finally:
             e.sim.post("/_sim/controllers/resume")
@@ -276,9 +272,9 @@ def test_leader_cut_off_from_the_management_cluster_hands_over(tmp_path):
         assert leaders(e) == [other], "no flapping: the healthy leader keeps it"
         e.client("delete", uuid)
         e.wait(uuid, lambda g: g["cluster"] is None)
-        e.conductor = other
     finally:
-        e.conductor = e.conductors[-1] if e.conductors else e.conductor
+        # The one left to stop last (asserted clean) is the newest.
+        e.conductor = e.conductors[-1]
         e.close()
         proxy.close()
 

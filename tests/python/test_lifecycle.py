@@ -93,6 +93,21 @@ class Sim:
         with urllib.request.urlopen(req, timeout=10) as r:
             return json.loads(r.read())
 
+    def flip_ready(self, stack_id, ns=NAMESPACE):
+        """Set a CAPI Cluster's Ready condition False (as CAPI does when the
+        cluster degrades); returns the conditions before, to put back with
+        `set_conditions`. Pause the controllers first, or the simulated one
+        sets Ready back at its next tick."""
+        path = f"/apis/{self.capi}/namespaces/{ns}/clusters/{stack_id}"
+        conditions = self.get(path)["status"]["conditions"]
+        flipped = [dict(c, status="False", reason="Test", severity="Warning", message="down")
+                   if c["type"] == "Ready" else c for c in conditions]
+        self.set_conditions(stack_id, flipped, ns)
+        return conditions
+
+    def set_conditions(self, stack_id, conditions, ns=NAMESPACE):
+        self.patch_status(self.capi, "clusters", stack_id, {"status": {"conditions": conditions}}, ns)
+
     def create_namespace(self, name, annotations):
         body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "annotations": annotations}}
         req = urllib.request.Request(f"{self.server}/api/v1/namespaces", data=json.dumps(body).encode(),
@@ -367,13 +382,10 @@ def test_status_survives_apiserver_faults(env):
         while env.sim.get("/_sim/requests")["magnum-conductor"]["WATCH"] < watches + 6:
             assert time.time() < deadline, "the conductor did not re-watch"
             time.sleep(0.2)
-        conditions = env.sim.get(f"/apis/{env.sim.capi}/namespaces/{NAMESPACE}/clusters/{stack_id}")["status"]["conditions"]
-        flipped = [dict(c, status="False", reason="Faults", severity="Warning", message="api down")
-                   if c["type"] == "Ready" else c for c in conditions]
         started = time.time()
-        env.sim.patch_status(env.sim.capi, "clusters", stack_id, {"status": {"conditions": flipped}})
+        conditions = env.sim.flip_ready(stack_id)
         got, seen = env.wait(uuid, lambda g: g["cluster"]["health_status"] == "UNHEALTHY", timeout=30)
-        env.sim.patch_status(env.sim.capi, "clusters", stack_id, {"status": {"conditions": conditions}})
+        env.sim.set_conditions(stack_id, conditions)
         env.wait(uuid, lambda g: g["cluster"]["health_status"] == "HEALTHY", timeout=30)
         print(f"status after the watch cut reached the row within {time.time() - started:.1f}s (both flips)")
     finally:

@@ -31,7 +31,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
-use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection};
 use tokio::sync::watch;
 
@@ -116,11 +115,10 @@ pub async fn try_lock(conn: &Connection, identity: &str) -> Attempt {
     };
     // Who holds it, for `rabbitmqctl list_queues name arguments` (an
     // unknown `x-` argument: stored and shown, never interpreted).
-    let mut args = FieldTable::default();
-    args.insert(
-        "x-magnum-conductor-holder".into(),
-        AMQPValue::LongString(identity.into()),
-    );
+    let args = crate::amqp::field_table(&vec![(
+        "x-magnum-conductor-holder",
+        crate::topology::ArgValue::Str(identity.to_string()),
+    )]);
     let opts = QueueDeclareOptions {
         exclusive: true,
         durable: false,

@@ -43,7 +43,7 @@ impl Engine {
         leases.watch();
         let elected = Arc::new(Notify::new());
         let signal = elected.clone();
-        if leases.enabled() && self.0.capi.leader_election == "amqp" {
+        if self.broker_election() {
             tokio::spawn(super::elect::campaign(
                 self.0.broker.clone(),
                 leases.clone(),
@@ -122,9 +122,15 @@ impl Engine {
         Ok(())
     }
 
+    /// Whether the leader is chosen on the broker ([`super::elect`]): with
+    /// Leases enabled and `[capi] leader_election = amqp`.
+    fn broker_election(&self) -> bool {
+        self.0.leases.enabled() && self.0.capi.leader_election == "amqp"
+    }
+
     /// At shutdown (in-flight requests done): hand the leadership over.
     pub async fn step_down(&self) {
-        if self.0.capi.leader_election == "amqp" {
+        if self.broker_election() {
             // The lock went with the RPC server's connection.
             self.0.leases.set_leader(false);
             return;

@@ -118,8 +118,11 @@ impl Ctx<'_> {
     /// A fixed IP for a new server: derived from its name, moved on until
     /// no Machine of the cluster holds it (Neutron never gives two ports
     /// of one subnet the same address; a collision here would make two
-    /// nodes look like one). One subnet per cluster, as CAPO makes it
-    /// with `managedSubnets` (OpenStackCluster's own network); looked up
+    /// nodes look like one). One subnet per cluster: CAPO creates a
+    /// network, a subnet and a router for each OpenStackCluster with
+    /// `managedSubnets` (its API reference, `OpenStackClusterSpec`), which
+    /// is what the conductor renders unless a template names a fixed
+    /// network (shared networks are not simulated); looked up
     /// through the label index: a scan of every Machine per new server
     /// made a fleet's creation quadratic.
     fn free_address(&self, ns: &str, cluster: &str, server: &str) -> String {
