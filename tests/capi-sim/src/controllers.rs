@@ -44,10 +44,12 @@ const DELETE_MACHINE: &str = "cluster.x-k8s.io/delete-machine";
 const FAIL: &str = "capi-sim/fail-reason";
 const NEVER_READY: &str = "capi-sim/never-ready";
 
-/// One controller pass over everything; returns events and error messages.
+/// What one controller pass did: events, error messages, objects visited.
 pub struct Pass {
     pub events: Vec<Arc<Event>>,
     pub errors: Vec<String>,
+    /// Objects reconciled.
+    pub visited: usize,
 }
 
 struct Ctx<'a> {
@@ -348,23 +350,250 @@ const CONTROLLERS: &[(&str, &str, Reconcile)] = &[
     ),
 ];
 
-/// One pass of every controller.
-pub fn pass(s: &mut Store, line: Line) -> Pass {
-    let mut c = Ctx {
-        s,
-        v2: line == Line::V1beta2,
-        now: chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
-        out: Pass {
-            events: vec![],
-            errors: vec![],
-        },
-    };
-    for (group, plural, reconcile) in CONTROLLERS {
-        for obj in c.all(group, plural) {
-            reconcile(&mut c, obj);
+/// Kinds the controllers read but do not reconcile: a change to one wakes
+/// the objects of its Cluster (or, when it names none, of its namespace).
+const READ_ONLY: &[(&str, &str)] = &[
+    ("infrastructure.cluster.x-k8s.io", "openstackmachines"),
+    (
+        "infrastructure.cluster.x-k8s.io",
+        "openstackmachinetemplates",
+    ),
+    ("addons.cluster.x-k8s.io", "clusterresourcesetbindings"),
+];
+
+/// (namespace, Cluster name).
+type ClusterKey = (String, String);
+/// (resource, namespace, name).
+type ObjRef = (usize, String, String);
+
+/// The Cluster an object belongs to: itself for a Cluster, else its
+/// `cluster.x-k8s.io/cluster-name` label, `spec.clusterName`,
+/// `spec.clusterRef` (HelmReleaseProxy) or an owning Cluster.
+fn cluster_of(group: &str, plural: &str, o: &Value) -> Option<String> {
+    if group == "cluster.x-k8s.io" && plural == "clusters" {
+        return meta(o, "name").map(str::to_string);
+    }
+    label(o, CLUSTER_LABEL)
+        .or_else(|| o.pointer("/spec/clusterName").and_then(Value::as_str))
+        .or_else(|| o.pointer("/spec/clusterRef/name").and_then(Value::as_str))
+        .or_else(|| {
+            o.pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)?
+                .iter()
+                .find(|r| r.get("kind").and_then(Value::as_str) == Some("Cluster"))
+                .and_then(|r| r.get("name"))
+                .and_then(Value::as_str)
+        })
+        .map(str::to_string)
+}
+
+/// Which objects a pass visits. The real controllers reconcile an object
+/// when it or an object they watch for it changes (controller-runtime's
+/// work queue, fed by watches and `Watches(..., EnqueueRequestsFromMapFunc)`
+/// from owned and related objects), and again after an error; nothing runs
+/// for a fleet at rest. Visiting every object every tick made the
+/// simulator, not the conductor, the bottleneck past ~2,000 clusters in
+/// flight. The scheduler reads the store's event history since its last
+/// pass and wakes every object of each Cluster that an event touched (the
+/// simulated reconcilers look across a Cluster's objects, so a Cluster is
+/// the unit); objects that belong to no Cluster (e.g. a
+/// ClusterResourceSet selecting many) are visited every pass. The first
+/// pass, and any pass after the history it needs was compacted away,
+/// visits everything.
+#[derive(Default)]
+pub struct Scheduler {
+    /// Store version up to which events have been read (None: never).
+    seen: Option<u64>,
+    /// Reconciled objects per Cluster.
+    members: std::collections::HashMap<ClusterKey, std::collections::BTreeSet<ObjRef>>,
+    /// Where each reconciled object is filed.
+    filed: std::collections::HashMap<ObjRef, ClusterKey>,
+    /// Reconciled objects of no Cluster: visited every pass.
+    loose: std::collections::BTreeSet<ObjRef>,
+    /// Clusters whose reconcile hit an error: visited again next pass.
+    retry: std::collections::HashSet<ClusterKey>,
+}
+
+/// What a pass must visit.
+#[derive(Default)]
+struct Wake {
+    all: bool,
+    clusters: std::collections::HashSet<ClusterKey>,
+}
+
+impl Scheduler {
+    fn reconciled(group: &str, plural: &str) -> bool {
+        CONTROLLERS
+            .iter()
+            .any(|(g, p, _)| *g == group && *p == plural)
+    }
+
+    fn file(&mut self, r: ObjRef, cluster: Option<ClusterKey>) {
+        match cluster {
+            Some(c) => {
+                self.members.entry(c.clone()).or_default().insert(r.clone());
+                self.filed.insert(r, c);
+            }
+            None => {
+                self.loose.insert(r);
+            }
         }
     }
-    c.out
+
+    fn unfile(&mut self, r: &ObjRef) -> Option<ClusterKey> {
+        self.loose.remove(r);
+        let c = self.filed.remove(r)?;
+        if let Some(set) = self.members.get_mut(&c) {
+            set.remove(r);
+            if set.is_empty() {
+                self.members.remove(&c);
+            }
+        }
+        Some(c)
+    }
+
+    /// File every reconciled object afresh (first pass, or history lost).
+    fn rebuild(&mut self, s: &Store) {
+        self.members.clear();
+        self.filed.clear();
+        self.loose.clear();
+        for (group, plural, _) in CONTROLLERS {
+            let Some(res) = s.find(group, plural) else {
+                continue;
+            };
+            for o in s.objects(res) {
+                let (ns, name) = key(o);
+                let c = cluster_of(group, plural, o).map(|c| (ns.clone(), c));
+                self.file((res, ns, name), c);
+            }
+        }
+    }
+
+    fn wake_namespace(&self, ns: &str, wake: &mut Wake) {
+        wake.clusters
+            .extend(self.members.keys().filter(|k| k.0 == ns).cloned());
+    }
+
+    /// Follow one change: refile the object, wake what it concerns.
+    fn absorb(&mut self, s: &Store, ev: &Event, wake: &mut Wake) {
+        let Some(r) = s.resources.get(ev.res) else {
+            return;
+        };
+        let (group, plural) = (r.group.as_str(), r.plural.as_str());
+        let o = &ev.object;
+        if group.is_empty() && plural == "namespaces" {
+            // Faults set on a namespace concern everything in it.
+            self.wake_namespace(meta(o, "name").unwrap_or(""), wake);
+            return;
+        }
+        let reconciled = Self::reconciled(group, plural);
+        if !reconciled && !READ_ONLY.contains(&(group, plural)) {
+            return;
+        }
+        let (ns, name) = key(o);
+        let cluster = cluster_of(group, plural, o).map(|c| (ns.clone(), c));
+        if reconciled {
+            let obj = (ev.res, ns.clone(), name);
+            if let Some(old) = self.unfile(&obj) {
+                wake.clusters.insert(old);
+            }
+            if ev.ty != crate::store::EventType::Deleted {
+                self.file(obj, cluster.clone());
+            }
+        }
+        match cluster {
+            Some(c) => {
+                wake.clusters.insert(c);
+            }
+            None if !reconciled => self.wake_namespace(&ns, wake),
+            None => {}
+        }
+    }
+
+    /// Read the events after `from`; false when the history no longer
+    /// holds them (then everything is refiled and woken).
+    fn catch_up(&mut self, s: &Store, from: Option<u64>, wake: &mut Wake) -> u64 {
+        let now = s.resource_version();
+        match from.map(|rv| s.events_since(rv)) {
+            Some(Ok(evs)) => {
+                for ev in &evs {
+                    self.absorb(s, ev, wake);
+                }
+            }
+            _ => {
+                self.rebuild(s);
+                wake.all = true;
+            }
+        }
+        now
+    }
+
+    /// What to visit of one resource, in (namespace, name) order.
+    fn targets(&self, s: &Store, res: usize, wake: &Wake) -> Vec<Value> {
+        if wake.all {
+            return s.snapshot(res);
+        }
+        let mut refs: std::collections::BTreeSet<&ObjRef> =
+            self.loose.iter().filter(|r| r.0 == res).collect();
+        for c in &wake.clusters {
+            if let Some(set) = self.members.get(c) {
+                refs.extend(set.iter().filter(|r| r.0 == res));
+            }
+        }
+        refs.into_iter()
+            .filter_map(|(res, ns, name)| s.get(*res, Some(ns), name).ok())
+            .collect()
+    }
+
+    /// One pass of every controller over what changed since the last one.
+    pub fn pass(&mut self, s: &mut Store, line: Line) -> Pass {
+        let mut wake = Wake {
+            clusters: std::mem::take(&mut self.retry),
+            ..Wake::default()
+        };
+        // Events after this pass's start (its own writes among them) are
+        // read again next pass: what a write changes is reconciled again.
+        let start = self.catch_up(s, self.seen, &mut wake);
+        self.seen = Some(start);
+        let mut cursor = start;
+        let mut c = Ctx {
+            s,
+            v2: line == Line::V1beta2,
+            now: chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+            out: Pass {
+                events: vec![],
+                errors: vec![],
+                visited: 0,
+            },
+        };
+        for (group, plural, reconcile) in CONTROLLERS {
+            // What earlier controllers of this pass changed is visited by
+            // the later ones in the same pass (owners before owned).
+            if !wake.all {
+                cursor = self.catch_up(c.s, Some(cursor), &mut wake);
+            }
+            let Some(res) = c.s.find(group, plural) else {
+                continue;
+            };
+            for obj in self.targets(c.s, res, &wake) {
+                let cluster = cluster_of(group, plural, &obj).map(|n| (key(&obj).0, n));
+                let errors = c.out.errors.len();
+                c.out.visited += 1;
+                reconcile(&mut c, obj);
+                if c.out.errors.len() > errors
+                    && let Some(k) = cluster
+                {
+                    self.retry.insert(k);
+                }
+            }
+        }
+        c.out
+    }
+}
+
+/// One pass of every controller over every object (no scheduler).
+pub fn pass(s: &mut Store, line: Line) -> Pass {
+    Scheduler::default().pass(s, line)
 }
 
 /// `matchLabels` of a LabelSelector (matchExpressions are not simulated).
@@ -717,14 +946,14 @@ fn reconcile_cluster(c: &mut Ctx<'_>, cur: Value) {
         if let Some(k) = &kcp {
             c.delete("controlplane.cluster.x-k8s.io", "kubeadmcontrolplanes", k);
         }
-        for md in c
-            .all("cluster.x-k8s.io", "machinedeployments")
-            .into_iter()
-            .filter(|m| {
-                label(m, CLUSTER_LABEL) == Some(&name)
-                    || m.pointer("/spec/clusterName").and_then(Value::as_str) == Some(&name)
-            })
-        {
+        // Through the label index: the defaulting webhook labels every
+        // MachineDeployment with its cluster (webhooks.rs).
+        for md in c.labelled(
+            "cluster.x-k8s.io",
+            "machinedeployments",
+            &ns,
+            &[(CLUSTER_LABEL, &name)],
+        ) {
             c.delete("cluster.x-k8s.io", "machinedeployments", &md);
         }
         let machines_left = !c

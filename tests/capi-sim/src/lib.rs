@@ -110,13 +110,14 @@ impl Sim {
     ) -> tokio::task::JoinHandle<()> {
         let sim = self.clone();
         tokio::spawn(async move {
+            let mut scheduler = controllers::Scheduler::default();
             loop {
                 tokio::time::sleep(tick).await;
                 if sim.paused.load(std::sync::atomic::Ordering::Relaxed) {
                     continue;
                 }
                 let errors = sim.with(|s| {
-                    let p = controllers::pass(s, line);
+                    let p = scheduler.pass(s, line);
                     (p.errors, p.events)
                 });
                 if !errors.is_empty() {

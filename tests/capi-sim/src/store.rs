@@ -1231,7 +1231,10 @@ impl Store {
                 format!("too old resource version: {rv} ({})", self.compacted),
             ));
         }
-        Ok(self.history.iter().filter(|e| e.rv > rv).cloned().collect())
+        // History is in version order: skip what is not newer by bisection
+        // (the controllers' scheduler reads it every pass).
+        let from = self.history.partition_point(|e| e.rv <= rv);
+        Ok(self.history.range(from..).cloned().collect())
     }
 
     /// Everything, for debugging (`GET /_sim/dump`).
@@ -1317,6 +1320,11 @@ impl Store {
     /// starts with them as ADDED).
     pub fn snapshot(&self, res: usize) -> Vec<Value> {
         self.objects[res].values().cloned().collect()
+    }
+
+    /// Every object of a resource, borrowed, in (namespace, name) order.
+    pub fn objects(&self, res: usize) -> impl Iterator<Item = &Value> {
+        self.objects[res].values()
     }
 
     /// Objects of `res` in `ns` carrying every `(key, value)` label, found
