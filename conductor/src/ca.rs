@@ -17,6 +17,20 @@ use serde_json::{Map, Value, json};
 /// Statuses from which Magnum lets a CA rotation start: its "completed" group.
 const ROTATE_FROM: &[&str] = crate::lifecycle::plan::COMPLETED;
 
+/// Key generation runs at most one per core at a time. A cluster's four
+/// RSA-2048 keys cost ~0.6 s of CPU; run for every create of a burst at
+/// once (up to a handler slot each, on the blocking pool's threads), they
+/// each took ~30 s and crowded out the runtime's own threads (replies,
+/// status). Taken in turn, they finish in arrival order at the same total
+/// rate, and the runtime keeps its share of the CPU.
+fn keygen_slots() -> &'static tokio::sync::Semaphore {
+    static SLOTS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    SLOTS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        tokio::sync::Semaphore::new(cores)
+    })
+}
+
 fn kw(pairs: &[(&str, &str)]) -> Map<String, Value> {
     pairs
         .iter()
@@ -154,13 +168,18 @@ pub async fn generate_certificates_to_cluster(
         )
     };
     let opts = opts.clone();
+    let slot = keygen_slots()
+        .acquire()
+        .await
+        .map_err(|_| ToClusterError::Failed(failed()))?;
     let certs = tokio::task::spawn_blocking(move || store::generate_cluster_certs(&issuer, &opts))
         .await
-        .map_err(|_| ToClusterError::Failed(failed()))?
-        .map_err(|e| {
-            tracing::error!(cluster = %uuid, error = %e, "certificate generation failed");
-            ToClusterError::Failed(failed())
-        })?;
+        .map_err(|_| ToClusterError::Failed(failed()))?;
+    drop(slot);
+    let certs = certs.map_err(|e| {
+        tracing::error!(cluster = %uuid, error = %e, "certificate generation failed");
+        ToClusterError::Failed(failed())
+    })?;
     store::store_cluster_certs(db, owner, cluster, &certs, uuids)
         .await
         .map_err(|e| {

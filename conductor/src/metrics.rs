@@ -20,6 +20,8 @@ pub struct Metrics {
     pub rpc_duration: HistogramVec,
     /// Requests being handled now.
     pub rpc_inflight: IntGauge,
+    /// Casts received and waiting for a handler slot.
+    pub rpc_waiting_casts: IntGauge,
     /// Deliveries the broker flagged as redelivered.
     pub rpc_redeliveries: IntCounter,
     /// Replies, by outcome (`sent`, `queue_gone`, `error`) and type (`final`, `heartbeat`).
@@ -140,6 +142,14 @@ impl Metrics {
                 &registry,
                 IntGauge::new("rpc_inflight", "RPC requests being handled.")
                     .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            rpc_waiting_casts: reg(
+                &registry,
+                IntGauge::new(
+                    "rpc_waiting_casts",
+                    "Casts received and waiting for a handler slot.",
+                )
+                .unwrap_or_else(|_| unreachable_metric()),
             ),
             rpc_redeliveries: reg(
                 &registry,

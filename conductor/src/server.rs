@@ -78,7 +78,14 @@ struct Shared<H: Handlers> {
     metrics: Metrics,
     dedup: Dedup,
     replier: Replier,
-    permits: Arc<Semaphore>,
+    /// Handler slots for calls (someone waits for the reply).
+    call_slots: Arc<Semaphore>,
+    /// Handler slots for casts. Two lanes of `executor_thread_pool_size`
+    /// each: a burst of long casts (a thousand `cluster_create`, each
+    /// generating four RSA keys) must not make magnum-api's calls (every
+    /// object read of its API goes through the indirection calls) queue
+    /// behind it for seconds.
+    cast_slots: Arc<Semaphore>,
     ping_enabled: bool,
 }
 
@@ -175,7 +182,8 @@ impl<H: Handlers> RpcServer<H> {
                 compression,
                 self.metrics.clone(),
             ),
-            permits: Arc::new(Semaphore::new(cfg.default.executor_thread_pool_size)),
+            call_slots: Arc::new(Semaphore::new(cfg.default.executor_thread_pool_size)),
+            cast_slots: Arc::new(Semaphore::new(cfg.default.executor_thread_pool_size)),
             ping_enabled: cfg.default.rpc_ping_enabled,
         });
         let targets = amqp::targets(&cfg);
@@ -290,7 +298,14 @@ impl<H: Handlers> RpcServer<H> {
 
 async fn wait_idle<H: Handlers>(shared: &Shared<H>, limit: Duration) {
     let n = shared.cfg.default.executor_thread_pool_size as u32;
-    match tokio::time::timeout(limit, shared.permits.acquire_many(n)).await {
+    // Casts still waiting for a slot go ahead of this (the semaphores are
+    // fair) and give theirs back at once: their session has ended.
+    let both = async {
+        let calls = shared.call_slots.acquire_many(n).await;
+        let casts = shared.cast_slots.acquire_many(n).await;
+        (calls, casts)
+    };
+    match tokio::time::timeout(limit, both).await {
         Ok(_) => tracing::info!("all in-flight requests finished"),
         Err(_) => tracing::warn!(
             "in-flight requests still running after {}s; unacknowledged ones will be redelivered",
@@ -358,6 +373,10 @@ async fn run_session<H: Handlers>(
             .boxed()
     });
     let mut merged = futures_util::stream::select_all(streams);
+    // Cleared when this session ends: casts still waiting for a slot then
+    // leave their delivery unacknowledged for the broker to hand out again.
+    let live = Arc::new(AtomicBool::new(true));
+    let _ended = SessionEnded(live.clone());
     loop {
         tokio::select! {
             _ = shutdown.as_mut() => return SessionEnd::Shutdown,
@@ -374,19 +393,81 @@ async fn run_session<H: Handlers>(
                     {
                         *stream_offset = Some(off + 1);
                     }
-                    // Backpressure: wait for a free handler slot before taking more.
-                    let permit = match shared.permits.clone().acquire_owned().await {
-                        Ok(p) => p,
-                        Err(_) => return SessionEnd::Shutdown,
-                    };
-                    let shared = shared.clone();
-                    tokio::spawn(async move {
-                        process(&shared, delivery).await;
-                        drop(permit);
-                    });
+                    let started = Instant::now();
+                    let decoded = decode_delivery(
+                        &delivery.data,
+                        compression_header(&delivery).as_deref(),
+                        shared.cfg.conductor.max_message_bytes,
+                    );
+                    shared
+                        .metrics
+                        .decode_duration
+                        .observe(started.elapsed().as_secs_f64());
+                    match lane(&decoded) {
+                        Lane::Call => {
+                            // Backpressure: wait for a free call slot before
+                            // taking more (calls are short).
+                            let permit = match shared.call_slots.clone().acquire_owned().await {
+                                Ok(p) => p,
+                                Err(_) => return SessionEnd::Shutdown,
+                            };
+                            let shared = shared.clone();
+                            tokio::spawn(async move {
+                                process(&shared, delivery, decoded, started).await;
+                                drop(permit);
+                            });
+                        }
+                        Lane::Cast => {
+                            // Wait for a cast slot without holding up the
+                            // calls behind this cast: the broker has
+                            // delivered it already (the prefetch count,
+                            // when set, bounds how many wait), and the
+                            // slots are handed out in arrival order.
+                            let mut delivery = delivery;
+                            delivery.data = Vec::new(); // decoded: the bytes are not needed
+                            let shared = shared.clone();
+                            let live = live.clone();
+                            shared.metrics.rpc_waiting_casts.inc();
+                            tokio::spawn(async move {
+                                let permit = shared.cast_slots.clone().acquire_owned().await;
+                                shared.metrics.rpc_waiting_casts.dec();
+                                if permit.is_err() || !live.load(Ordering::SeqCst) {
+                                    return;
+                                }
+                                process(&shared, delivery, decoded, started).await;
+                                drop(permit);
+                            });
+                        }
+                    }
                 }
             }
         }
+    }
+}
+
+/// Which handler slots a message takes: a well-formed cast waits for a
+/// cast slot; calls, and anything that did not decode (refused at once),
+/// take a call slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    Call,
+    Cast,
+}
+
+fn lane(decoded: &Result<Incoming, rpc_schema::EnvelopeError>) -> Lane {
+    match decoded {
+        Ok(i) if !i.is_call() => Lane::Cast,
+        _ => Lane::Call,
+    }
+}
+
+/// Marks a session's waiting casts stale when the session ends, however
+/// `run_session` returns.
+struct SessionEnded(Arc<AtomicBool>);
+
+impl Drop for SessionEnded {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
     }
 }
 
@@ -436,18 +517,16 @@ async fn ack(acker: &Acker, what: &str) {
     }
 }
 
-async fn process<H: Handlers>(shared: &Arc<Shared<H>>, delivery: Delivery) {
+async fn process<H: Handlers>(
+    shared: &Arc<Shared<H>>,
+    delivery: Delivery,
+    decoded: Result<Incoming, rpc_schema::EnvelopeError>,
+    started: Instant,
+) {
     let m = &shared.metrics;
     if delivery.redelivered {
         m.rpc_redeliveries.inc();
     }
-    let started = Instant::now();
-    let decoded = decode_delivery(
-        &delivery.data,
-        compression_header(&delivery).as_deref(),
-        shared.cfg.conductor.max_message_bytes,
-    );
-    m.decode_duration.observe(started.elapsed().as_secs_f64());
     let incoming = match decoded {
         Ok(i) => i,
         Err(e) => {
@@ -703,5 +782,15 @@ mod tests {
         );
         assert!(decode_delivery(&z, Some("application/zstd"), 1 << 20).is_err());
         assert!(decode_delivery(b"\x00\x01", None, 1 << 20).is_err());
+    }
+
+    #[test]
+    fn casts_take_the_cast_lane_and_everything_else_the_call_lane() {
+        let call = br#"{"oslo.version": "2.0", "oslo.message": "{\"method\": \"ping_conductor\", \"args\": {}, \"_msg_id\": \"m\", \"_reply_q\": \"r\"}"}"#;
+        let cast = br#"{"oslo.version": "2.0", "oslo.message": "{\"method\": \"cluster_delete\", \"args\": {\"uuid\": \"u\"}}"}"#;
+        assert_eq!(lane(&decode_delivery(call, None, 1 << 20)), Lane::Call);
+        assert_eq!(lane(&decode_delivery(cast, None, 1 << 20)), Lane::Cast);
+        // Refused at once, whatever it was meant to be: no reason to wait.
+        assert_eq!(lane(&decode_delivery(b"{", None, 1 << 20)), Lane::Call);
     }
 }

@@ -85,6 +85,44 @@ def wait_health(db, uuids, want, timeout):
                 time.sleep(0.05)
 
 
+class CallProbe:
+    """A call on the topic queue (where magnum-api sends its object reads)
+    every `interval` seconds while the creates run: how long magnum-api
+    would wait for the conductor during a burst of casts."""
+
+    def __init__(self, ctx, interval, timeout=60):
+        from magnum.conductor import api
+        self.listener = api.ListenerAPI(context=ctx, topic="magnum-conductor", server=None, timeout=timeout)
+        self.interval, self.stopping, self.thread = interval, False, None
+        self.latencies_ms, self.failures = [], {}
+
+    def start(self):
+        if self.interval > 0:
+            self.thread = threading.Thread(target=self.run, daemon=True)
+            self.thread.start()
+
+    def run(self):
+        while not self.stopping:
+            t0 = time.perf_counter()
+            try:
+                self.listener.ping_conductor()
+                self.latencies_ms.append((time.perf_counter() - t0) * 1000)
+            except Exception as e:  # the outcome is data here
+                self.failures[type(e).__name__] = self.failures.get(type(e).__name__, 0) + 1
+            time.sleep(self.interval)
+
+    def stop(self):
+        self.stopping = True
+        if self.thread:
+            self.thread.join()
+        lat = sorted(self.latencies_ms)
+        out = dict(answered=len(lat), failed=self.failures)
+        if len(lat) >= 2:
+            q = statistics.quantiles(lat, n=100, method="inclusive")
+            out.update(p50_ms=round(q[49], 1), p99_ms=round(q[98], 1), max_ms=round(lat[-1], 1))
+        return out
+
+
 class Churn:
     """Background status changes: flips the Ready condition of random clusters."""
 
@@ -172,6 +210,8 @@ def main():
     ap.add_argument("--samples", type=int, default=200)
     ap.add_argument("--steady-seconds", type=int, default=60)
     ap.add_argument("--total", type=int, default=0, help="grow the fleet to this many clusters by copying")
+    ap.add_argument("--probe-interval", type=float, default=1.0,
+                    help="seconds between the calls timed while the creates run (0: none)")
     ap.add_argument("--create-timeout", type=int, default=3600,
                     help="seconds the --clusters creates may take before the run gives up")
     ap.add_argument("--churn-per-second", type=float, default=0.0,
@@ -214,6 +254,8 @@ def main():
                                     master_lb_enabled=False, labels={"kube_tag": "v1.30.4"}, project_id=PROJECT)
         t.create()
         rpc = api.API(context=ctx)
+        probe = CallProbe(ctx, a.probe_interval)
+        probe.start()
         t0 = time.time()
         for i in range(a.clusters):
             c = objects.Cluster(ctx, name=f"b{i}", cluster_template_id=t.uuid, keypair="kp", labels={"kube_tag": "v1.30.4"},
@@ -238,13 +280,17 @@ def main():
                 milestones.setdefault(m, round(time.time() - t0, 1))
             if time.time() >= next_report:
                 next_report += 60
-                print(f"bench-status: {round(time.time() - t0)} s after the first cast: {s}", file=sys.stderr, flush=True)
+                recent = sorted(probe.latencies_ms[-60:])
+                print(f"bench-status: {round(time.time() - t0)} s after the first cast: {s}; calls answered "
+                      f"{len(probe.latencies_ms)}, failed {probe.failures}, median of the last 60 "
+                      f"{round(recent[len(recent) // 2]) if recent else '-'} ms", file=sys.stderr, flush=True)
             if done >= a.clusters:
                 break
             if time.time() - t0 > a.create_timeout:
                 raise SystemExit(f"not complete after {a.create_timeout} s: {s}; milestones {milestones}")
             time.sleep(2)
         complete_s = time.time() - t0
+        calls_during_creates = probe.stop()
         failed = s.get("CREATE_FAILED", 0)
         rss_created = rss_mib(conductor.proc.pid)
         grown = {}
@@ -314,7 +360,8 @@ def main():
         lat.sort()
         q = statistics.quantiles(lat, n=100, method="inclusive")
         summary = dict(clusters=a.clusters, total=max(a.total, a.clusters), failed=failed, cast_seconds=round(cast_s, 1),
-                       all_complete_seconds=round(complete_s, 1), complete_milestones_seconds=milestones, steady_requests_per_minute=per_min, requests_by_client=after,
+                       all_complete_seconds=round(complete_s, 1), complete_milestones_seconds=milestones,
+                       calls_during_creates=calls_during_creates, steady_requests_per_minute=per_min, requests_by_client=after,
                        latency_ms=dict(samples=len(lat), p50=round(q[49], 1), p99=round(q[98], 1),
                                        max=round(lat[-1], 1)),
                        conductor_rss_mib=rss_mib(conductor.proc.pid), conductor_rss_mib_after_create=rss_created,

@@ -1,6 +1,7 @@
 """Magnum 23.0.0's own client code (magnum.conductor.api, oslo.messaging)
 against our conductor over the real RabbitMQ."""
 import os
+import signal
 import time
 import uuid
 
@@ -164,3 +165,70 @@ def test_call_monitor_heartbeats_keep_a_slow_call_alive(env, tmp_path):
             client.prepare(timeout=2).call(context(), "ping_conductor")
     finally:
         assert slow.stop() == 0
+
+
+
+def test_calls_are_not_held_up_behind_a_backlog_of_casts(tmp_path):
+    """A burst of slow casts (say a thousand cluster_create, each generating
+    four RSA keys) must not hold up magnum-api's calls: each object read of
+    its API goes through the conductor. A conductor with 2 handler slots per
+    lane and casts slowed to 4 s each (a sleep failpoint) gets 8 casts, then
+    a call: the call is answered while casts still wait for a slot. Stopped
+    then, it starts none of the waiting casts; they go back to the broker and
+    a second conductor handles them: each of the 8 exactly once."""
+    import oslo_messaging
+    from oslo_config import cfg
+    from magnum.common import rpc
+
+    vhost = new_vhost("lanes")
+    # Its own vhost, so no other conductor takes these casts: a transport of
+    # Magnum's client stack for it (its global one points elsewhere).
+    transport = oslo_messaging.get_rpc_transport(cfg.CONF, url=f"rabbit://guest:guest@127.0.0.1:5672/{vhost}")
+    client = oslo_messaging.get_rpc_client(transport, oslo_messaging.Target(topic="magnum-conductor"),
+                                           serializer=rpc.RequestContextSerializer(None), timeout=30)
+    slow_env = {"MAGNUM_CONDUCTOR_FAILPOINT": "handle.cluster_delete:sleep=4000"}
+    conductors = []
+
+    def start(name):
+        (tmp_path / name).mkdir()
+        c = start_conductor(str(tmp_path / name), vhost, extra_default="executor_thread_pool_size = 2", env=slow_env)
+        conductors.append(c)
+        return c
+
+    def handled(c):
+        return c.metric("magnum_conductor_rpc_messages_total", method="cluster_delete", kind="cast")
+
+    try:
+        first = start("a")
+        for _ in range(8):
+            client.cast(context(), "cluster_delete", uuid=str(uuid.uuid4()))
+        deadline = time.time() + 10
+        while time.time() < deadline and first.metric("magnum_conductor_rpc_waiting_casts") < 6:
+            time.sleep(0.05)
+        assert first.metric("magnum_conductor_rpc_waiting_casts") == 6, "two run, six wait for a slot"
+        assert client.call(context(), "ping_conductor") is True
+        # Answered ahead of the backlog: no cast slot has been freed yet.
+        assert handled(first) == 0
+        assert first.metric("magnum_conductor_rpc_waiting_casts") == 6
+
+        first_handled = handled_before_stop = None
+        first.proc.send_signal(signal.SIGTERM)
+        assert first.proc.wait(timeout=30) == 0
+        log = open(first.log.name).read()
+        handled_before_stop = log.count("cast failed")  # ClusterNotFound: one line per cast run
+        assert handled_before_stop == 2, f"{handled_before_stop} casts ran: the waiting ones must not start"
+        conductors.remove(first)
+
+        second = start("b")
+        deadline = time.time() + 30
+        while time.time() < deadline and handled(second) < 6:
+            time.sleep(0.1)
+        time.sleep(1)  # nothing more may come
+        first_handled = handled_before_stop
+        assert (first_handled, handled(second)) == (2, 6), "every cast once, none lost"
+        assert second.metric("magnum_conductor_rpc_redeliveries_total") == 6
+    finally:
+        for c in conductors:
+            c.stop()
+        transport.cleanup()
+        rabbitmqctl("delete_vhost", vhost)

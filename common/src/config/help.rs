@@ -33,7 +33,7 @@ pub const HELP: &[(&str, &str, &str)] = &[
     (
         "DEFAULT",
         "executor_thread_pool_size",
-        "Requests handled at once.",
+        "Calls handled at once; as many casts again (two lanes: casts waiting for a slot never hold up calls).",
     ),
     (
         "DEFAULT",

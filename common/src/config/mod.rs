@@ -45,7 +45,7 @@ pub struct DefaultOpts {
     pub rpc_response_timeout: u64,
     pub debug: bool,
     pub rpc_ping_enabled: bool,
-    /// Concurrency of RPC handling (`executor_thread_pool_size`).
+    /// Handler slots per lane, calls and casts (`executor_thread_pool_size`).
     pub executor_thread_pool_size: usize,
     /// Seconds between service heartbeats (oslo.service's periodic default).
     pub periodic_interval_max: u64,

@@ -157,8 +157,7 @@ impl Ctx<'_> {
     /// An annotation of namespace `ns` (faults set for a whole namespace).
     fn ns_annotation(&self, ns: &str, key: &str) -> Option<String> {
         let r = self.s.find("", "namespaces")?;
-        let n = self.s.get(r, None, ns).ok()?;
-        annotation(&n, key).map(str::to_string)
+        annotation(self.s.peek(r, None, ns)?, key).map(str::to_string)
     }
     fn res(&self, group: &str, plural: &str) -> Option<usize> {
         self.s.find(group, plural)
@@ -226,15 +225,13 @@ impl Ctx<'_> {
                 next["status"] = st.clone();
             }
         }
-        let mut cmp_next = next.clone();
-        let mut cmp_cur = self.s.get(r, Some(&ns), &name).unwrap_or(Value::Null);
-        for v in [&mut cmp_next, &mut cmp_cur] {
-            if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-                m.remove("resourceVersion");
-                m.remove("managedFields");
-            }
-        }
-        if cmp_next != cmp_cur {
+        // Compared with the stored object in place (no copy): equal but
+        // for resourceVersion and managedFields means nothing to write.
+        let changed = match self.s.peek(r, Some(&ns), &name) {
+            None => true,
+            Some(stored) => !same_but_bookkeeping(&next, stored),
+        };
+        if changed {
             let what = format!("{plural}/{name}");
             let res = self
                 .s
@@ -846,6 +843,39 @@ fn reconcile_crs(c: &mut Ctx<'_>, cur: Value) {
             }
         }
     }
+}
+
+/// Equal objects but for `metadata.resourceVersion` and
+/// `metadata.managedFields`.
+fn same_but_bookkeeping(a: &Value, b: &Value) -> bool {
+    const SKIP: [&str; 2] = ["resourceVersion", "managedFields"];
+    let (Some(ao), Some(bo)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    let top = |o: &'_ serde_json::Map<String, Value>| o.keys().filter(|k| *k != "metadata").count();
+    if top(ao) != top(bo)
+        || ao
+            .iter()
+            .any(|(k, v)| k != "metadata" && bo.get(k) != Some(v))
+    {
+        return false;
+    }
+    let empty = serde_json::Map::new();
+    let am = ao
+        .get("metadata")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let bm = bo
+        .get("metadata")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let keys = |m: &'_ serde_json::Map<String, Value>| {
+        m.keys().filter(|k| !SKIP.contains(&k.as_str())).count()
+    };
+    keys(am) == keys(bm)
+        && am
+            .iter()
+            .all(|(k, v)| SKIP.contains(&k.as_str()) || bm.get(k) == Some(v))
 }
 
 fn keep_transition_times(cur: &Value, next: &mut Value) {
@@ -1848,4 +1878,28 @@ fn reconcile_machine(c: &mut Ctx<'_>, cur: Value) {
     next["status"] = st;
     keep_transition_times(&cur, &mut next);
     c.write("cluster.x-k8s.io", "machines", &cur, next);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bookkeeping_fields_do_not_make_a_write() {
+        let a = json!({"metadata": {"name": "m", "resourceVersion": "1", "managedFields": [1]},
+                       "spec": {"x": 1}, "status": {"y": 2}});
+        let mut b = a.clone();
+        b["metadata"]["resourceVersion"] = json!("7");
+        b["metadata"]["managedFields"] = json!([]);
+        assert!(same_but_bookkeeping(&a, &b));
+        for change in [
+            json!({"metadata": {"name": "m", "resourceVersion": "1", "labels": {"l": "v"}}, "spec": {"x": 1}, "status": {"y": 2}}),
+            json!({"metadata": {"name": "m"}, "spec": {"x": 2}, "status": {"y": 2}}),
+            json!({"metadata": {"name": "m"}, "spec": {"x": 1}}),
+            json!({"metadata": {"name": "m"}, "spec": {"x": 1}, "status": {"y": 2}, "extra": true}),
+        ] {
+            assert!(!same_but_bookkeeping(&change, &a), "{change}");
+            assert!(!same_but_bookkeeping(&a, &change), "{change}");
+        }
+    }
 }

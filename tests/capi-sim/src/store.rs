@@ -116,7 +116,9 @@ type ObjKey = (String, String); // (namespace, name)
 
 /// All objects, per resource.
 pub struct Store {
-    pub resources: Vec<Resource>,
+    /// Shared, so a write can hold its resource (schemas and all) while
+    /// it changes the store without copying it.
+    pub resources: Vec<Arc<Resource>>,
     objects: Vec<BTreeMap<ObjKey, Value>>,
     rv: u64,
     history: VecDeque<Arc<Event>>,
@@ -205,7 +207,7 @@ impl Store {
     pub fn new(resources: Vec<Resource>, history_cap: usize) -> Store {
         let n = resources.len();
         let mut s = Store {
-            resources,
+            resources: resources.into_iter().map(Arc::new).collect(),
             objects: vec![BTreeMap::new(); n],
             rv: 1,
             history: VecDeque::new(),
@@ -640,6 +642,11 @@ impl Store {
         self.objects[res].insert(key, obj.clone());
         let ev = self.record(res, EventType::Added, &obj);
         Ok((obj, vec![ev]))
+    }
+
+    /// The stored object, borrowed.
+    pub fn peek(&self, res: usize, ns: Option<&str>, name: &str) -> Option<&Value> {
+        self.objects[res].get(&self.key(res, ns, name))
     }
 
     pub fn get(&self, res: usize, ns: Option<&str>, name: &str) -> Result<Value, ApiError> {
