@@ -22,6 +22,7 @@ pub mod http;
 pub mod indirection;
 pub mod lifecycle;
 pub mod logging;
+pub mod memory;
 pub mod metrics;
 pub mod mgmt;
 pub mod notify;

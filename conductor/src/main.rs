@@ -320,6 +320,7 @@ fn reopen_logs_on_sighup(handle: conductor::logging::Handle) {
 
 async fn run(cfg: Config, log_handle: conductor::logging::Handle) -> ExitCode {
     reopen_logs_on_sighup(log_handle);
+    conductor::memory::spawn_trimmer(conductor::memory::TRIM_EVERY);
     if let Err(e) = cfg.cert_manager.check() {
         eprintln!("magnum-conductor: {e}");
         return ExitCode::from(2);

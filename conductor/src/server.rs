@@ -394,15 +394,7 @@ async fn run_session<H: Handlers>(
                         *stream_offset = Some(off + 1);
                     }
                     let started = Instant::now();
-                    let decoded = decode_delivery(
-                        &delivery.data,
-                        compression_header(&delivery).as_deref(),
-                        shared.cfg.conductor.max_message_bytes,
-                    );
-                    shared
-                        .metrics
-                        .decode_duration
-                        .observe(started.elapsed().as_secs_f64());
+                    let decoded = decode(shared, &delivery);
                     match lane(&decoded) {
                         Lane::Call => {
                             // Backpressure: wait for a free call slot before
@@ -422,9 +414,11 @@ async fn run_session<H: Handlers>(
                             // calls behind this cast: the broker has
                             // delivered it already (the prefetch count,
                             // when set, bounds how many wait), and the
-                            // slots are handed out in arrival order.
-                            let mut delivery = delivery;
-                            delivery.data = Vec::new(); // decoded: the bytes are not needed
+                            // slots are handed out in arrival order. A
+                            // waiting cast keeps its bytes, not the decoded
+                            // message (several times their size): it is
+                            // decoded again when its turn comes.
+                            drop(decoded);
                             let shared = shared.clone();
                             let live = live.clone();
                             shared.metrics.rpc_waiting_casts.inc();
@@ -434,6 +428,7 @@ async fn run_session<H: Handlers>(
                                 if permit.is_err() || !live.load(Ordering::SeqCst) {
                                     return;
                                 }
+                                let decoded = decode(&shared, &delivery);
                                 process(&shared, delivery, decoded, started).await;
                                 drop(permit);
                             });
@@ -443,6 +438,24 @@ async fn run_session<H: Handlers>(
             }
         }
     }
+}
+
+/// Decode a delivery, timed.
+fn decode<H: Handlers>(
+    shared: &Shared<H>,
+    delivery: &Delivery,
+) -> Result<Incoming, rpc_schema::EnvelopeError> {
+    let started = Instant::now();
+    let decoded = decode_delivery(
+        &delivery.data,
+        compression_header(delivery).as_deref(),
+        shared.cfg.conductor.max_message_bytes,
+    );
+    shared
+        .metrics
+        .decode_duration
+        .observe(started.elapsed().as_secs_f64());
+    decoded
 }
 
 /// Which handler slots a message takes: a well-formed cast waits for a
