@@ -84,7 +84,15 @@ def paused(env):
     """The simulated controllers stopped: rows stay as the handler wrote them."""
     class P:
         def __enter__(self):
-            env.sim.post("/_sim/controllers/pause")
+            env.sim.post("/_sim/controllers/pause")  # returns once no controller writes
+            # ... and the conductor has taken in what they wrote last (its
+            # status pass would otherwise land after the test's own write).
+            last, quiet_since = None, time.time()
+            while time.time() - quiet_since < 0.5:
+                seen = env.conductor.metric("magnum_conductor_watch_events_total")
+                if seen != last:
+                    last, quiet_since = seen, time.time()
+                time.sleep(0.05)
 
         def __exit__(self, *a):
             env.sim.post("/_sim/controllers/resume")

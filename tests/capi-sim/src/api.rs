@@ -283,6 +283,10 @@ fn admin(sim: &Sim, method: &Method, path: &str, body: &Bytes) -> Option<Respons
             let pause = path.ends_with("pause");
             sim.paused
                 .store(pause, std::sync::atomic::Ordering::Relaxed);
+            // A barrier: a pass under way holds the store; once this
+            // returns, no controller writes until resumed (as a controller
+            // scaled to zero, once its pod is gone).
+            sim.read(|_| ());
             ok(json!({"paused": pause}))
         }
         _ => None,
