@@ -3,15 +3,13 @@
 //! events), nothing at rest, everything after the history it reads was
 //! compacted; and a cluster still goes all the way to Provisioned.
 
-use std::path::PathBuf;
-
 use capi_sim::controllers::Scheduler;
 use capi_sim::resources::Line;
 use capi_sim::store::Store;
 use serde_json::{Value, json};
 
 mod support;
-use support::apply_all;
+use support::{apply_all, start_with};
 
 /// Passes until one writes nothing (bounded); returns the passes run.
 fn settle(sim: &capi_sim::Sim, sched: &mut Scheduler, line: Line) -> usize {
@@ -71,12 +69,8 @@ fn reconciled_of(s: &Store, cluster: &str) -> usize {
 
 async fn scheduled(line: Line) {
     let v2 = line == Line::V1beta2;
-    let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/crds");
     // No ticking controllers: this test runs the passes itself.
-    let (addr, sim) = capi_sim::serve_in_process(&crds, line, None).await.unwrap();
-    let client =
-        kube::Client::try_from(kube::Config::new(format!("http://{addr}").parse().unwrap()))
-            .unwrap();
+    let (client, sim) = start_with(line, None).await;
     // Ten clusters c1..c10, every object labelled with its Cluster as the
     // conductor renders them, but the ClusterResourceSets: those name no
     // Cluster and are visited every pass.

@@ -11,10 +11,14 @@ use kube::{Client, Config};
 use serde_json::{Value, json};
 
 pub async fn start(line: Line) -> (Client, capi_sim::Sim) {
+    start_with(line, Some(Duration::from_millis(5))).await
+}
+
+/// An in-process simulator whose controllers tick every `tick` (None: the
+/// test runs the passes itself).
+pub async fn start_with(line: Line, tick: Option<Duration>) -> (Client, capi_sim::Sim) {
     let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/crds");
-    let (addr, sim) = capi_sim::serve_in_process(&crds, line, Some(Duration::from_millis(5)))
-        .await
-        .unwrap();
+    let (addr, sim) = capi_sim::serve_in_process(&crds, line, tick).await.unwrap();
     (
         Client::try_from(Config::new(format!("http://{addr}").parse().unwrap())).unwrap(),
         sim,
