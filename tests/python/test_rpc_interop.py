@@ -168,7 +168,8 @@ def test_call_monitor_heartbeats_keep_a_slow_call_alive(env, tmp_path):
 
 
 
-def test_calls_are_not_held_up_behind_a_backlog_of_casts(tmp_path):
+def test_calls_are_not_held_up_behind_a_backlog_of_casts(env, tmp_path):
+    # (env: Magnum's client configuration is loaded, as in every test here.)
     """A burst of slow casts (say a thousand cluster_create, each generating
     four RSA keys) must not hold up magnum-api's calls: each object read of
     its API goes through the conductor. A conductor with 2 handler slots per
