@@ -65,12 +65,16 @@ pub fn project(role: Role, mut o: Value) -> Value {
         for k in [
             "managedFields",
             "ownerReferences",
-            "uid",
             "resourceVersion",
             "creationTimestamp",
             "selfLink",
         ] {
             m.remove(k);
+        }
+        // A Cluster's uid is what the ownerReferences of every other object
+        // name (the apiserver refuses an empty one: 422); the others' is not read.
+        if role != Role::Cluster {
+            m.remove("uid");
         }
         if let Some(a) = m.get_mut("annotations").and_then(Value::as_object_mut) {
             a.remove(LAST_APPLIED);
@@ -408,6 +412,27 @@ mod tests {
                 .live
                 .by_cluster
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_clusters_uid_is_kept_for_the_owner_references_of_its_objects() {
+        // Day-2 applies name the CAPI Cluster as owner from this cache; the
+        // apiserver refuses an ownerReference without a uid (HTTP 422).
+        let mut cl = md("k-1", "k-1", 1);
+        cl["kind"] = json!("Cluster");
+        let projected = project(Role::Cluster, cl.clone());
+        assert_eq!(projected["metadata"]["uid"], "u-1");
+        assert!(projected["metadata"].get("managedFields").is_none());
+        let mut c = Cache::default();
+        c.apply(Role::Cluster, cl);
+        let cached = c.observed(NS, "k-1").cluster.unwrap();
+        assert_eq!(cached["metadata"]["uid"], "u-1");
+        // Other kinds' uids are not read: not kept.
+        assert!(
+            project(Role::MachineDeployment, md("a", "k-1", 1))["metadata"]
+                .get("uid")
+                .is_none()
         );
     }
 

@@ -406,7 +406,7 @@ impl Engine {
         let mut owner = owner;
         for o in &first {
             let stored = self.apply_object(o).await?;
-            owner = Some(owner_refs(o["apiVersion"].as_str().unwrap_or(""), &stored));
+            owner = Some(owner_refs(o["apiVersion"].as_str().unwrap_or(""), &stored)?);
         }
         if rest.is_empty() {
             return Ok(owner);
@@ -422,7 +422,8 @@ impl Engine {
         Ok(Some(owner))
     }
 
-    /// The ownerReferences naming the CAPI Cluster (from the cache, else read).
+    /// The ownerReferences naming the CAPI Cluster (from the cache when it
+    /// holds the Cluster's uid, else read from the apiserver).
     async fn cluster_owner(&self, input: &ClusterInput) -> Result<Value, StepError> {
         let av = capi_apiversion(self.0.line);
         let cached = self
@@ -430,7 +431,8 @@ impl Engine {
             .watches
             .observed(&input.namespace, &input.stack_id)
             .cluster
-            .and_then(|c| serde_json::from_value::<DynamicObject>(c).ok());
+            .and_then(|c| serde_json::from_value::<DynamicObject>(c).ok())
+            .filter(|c| c.metadata.uid.as_deref().is_some_and(|u| !u.is_empty()));
         let stored = match cached {
             Some(c) => c,
             None => {
@@ -438,7 +440,7 @@ impl Engine {
                 crate::mgmt::with_retries("get cluster", || api.get(&input.stack_id)).await?
             }
         };
-        Ok(owner_refs(av, &stored))
+        owner_refs(av, &stored)
     }
 
     /// Apply one rendered object; a refusal names the object (never its content).
@@ -530,10 +532,44 @@ impl Engine {
     }
 }
 
-/// ownerReferences to a stored CAPI Cluster.
-fn owner_refs(api_version: &str, stored: &DynamicObject) -> Value {
-    json!([{
-        "apiVersion": api_version, "kind": "Cluster",
-        "name": stored.metadata.name, "uid": stored.metadata.uid,
-    }])
+/// ownerReferences to a stored CAPI Cluster. The apiserver refuses an
+/// ownerReference without a uid (422), so a Cluster read without one (which
+/// an apiserver never returns) is an error here, not an object sent.
+fn owner_refs(api_version: &str, stored: &DynamicObject) -> Result<Value, StepError> {
+    let (Some(name), Some(uid)) = (
+        stored.metadata.name.as_deref(),
+        stored.metadata.uid.as_deref().filter(|u| !u.is_empty()),
+    ) else {
+        return Err(StepError::Invalid(format!(
+            "the management cluster returned the CAPI Cluster {} without a uid",
+            stored.metadata.name.as_deref().unwrap_or("?")
+        )));
+    };
+    Ok(json!([{"apiVersion": api_version, "kind": "Cluster", "name": name, "uid": uid}]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(uid: Option<&str>) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+            "metadata": {"name": "k-1", "namespace": "magnum-p", "uid": uid},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn owner_references_carry_the_clusters_uid_or_are_not_made() {
+        let refs = owner_refs("cluster.x-k8s.io/v1beta1", &cluster(Some("4f2a"))).unwrap();
+        assert_eq!(
+            refs,
+            json!([{"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "name": "k-1", "uid": "4f2a"}])
+        );
+        for missing in [None, Some("")] {
+            let e = owner_refs("cluster.x-k8s.io/v1beta1", &cluster(missing)).unwrap_err();
+            assert!(e.to_string().contains("without a uid"), "{e}");
+        }
+    }
 }
