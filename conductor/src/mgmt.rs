@@ -22,6 +22,11 @@ pub const FIELD_MANAGER: &str = "magnum-conductor";
 /// and "not found" are answers: they are returned at once.
 pub fn is_transient(e: &kube::Error) -> bool {
     match e {
+        // A server-side apply naming a field the CRD does not declare (a CRD
+        // older than the conductor expects) is answered 500 by the apiserver
+        // (kube-apiserver 1.28: "failed to create typed patch object ...:
+        // .spec.x: field not declared in schema"): a refusal, not an outage.
+        kube::Error::Api(s) if s.message.contains("failed to create typed patch object") => false,
         kube::Error::Api(s) => s.code == 429 || s.code >= 500,
         kube::Error::HyperError(_) | kube::Error::Service(_) => true,
         _ => false,
@@ -187,6 +192,17 @@ mod tests {
         assert!(!is_transient(&api(422)), "a refusal is an answer");
         assert!(!is_transient(&api(409)));
         assert!(!is_transient(&api(404)));
+        let unknown_field = kube::Error::Api(Box::new(
+            kube::core::Status::failure(
+                "failed to create typed patch object (ns/x; infrastructure.cluster.x-k8s.io/v1beta1, Kind=OpenStackMachineTemplate): .spec.bogus: field not declared in schema",
+                "",
+            )
+            .with_code(500),
+        ));
+        assert!(
+            !is_transient(&unknown_field),
+            "a refused object is an answer"
+        );
     }
 
     #[tokio::test]

@@ -1,11 +1,11 @@
-//! The Lease protocol (src/lifecycle/lease.rs) against the simulator's
-//! apiserver (resourceVersion preconditions, 409s): one holder at a time,
+//! The Lease protocol (src/lifecycle/lease.rs) against a real kube-apiserver
+//! (`../shared/k8s`: resourceVersion preconditions, 409s): one holder at a time,
 //! release deletes, expiry by observation, and a release that lost a race
 //! with a renewal still deletes the lease (found by 100 creates on two
 //! conductors: the leader waited for ever on a lease it had left behind).
 //!
-//! What the protocol relies on is the apiserver's optimistic concurrency,
-//! which the simulator implements: an update or delete carrying a stale
+//! What the protocol relies on is the apiserver's optimistic concurrency:
+//! an update or delete carrying a stale
 //! `resourceVersion` precondition is a 409 Conflict, a create of an existing
 //! name is a 409 AlreadyExists, and an update that changes nothing keeps the
 //! `resourceVersion` (k8s.io/apiserver pkg/registry/generic/registry/store.go,
@@ -13,28 +13,29 @@
 //! and Consistency"). client-go's leaderelection judges expiry the same way
 //! (observed record unchanged for leaseDurationSeconds, local clock).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use capi_sim::resources::Line;
+use capi_sim::Line;
 use conductor::lifecycle::lease::{Leases, cluster_lease};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::api::PostParams;
 
-const NS: &str = "magnum-system";
-
-async fn client() -> (kube::Client, capi_sim::Sim) {
-    let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/crds");
-    let (addr, sim) = capi_sim::serve_in_process(&crds, Line::V1beta1, None)
+/// A client of the shared control plane and a Lease namespace of this
+/// test's own (created by the conductor's `prepare`, as at startup).
+async fn client() -> (kube::Client, String) {
+    let client = capi_sim::controlplane::shared(Line::V1beta1)
+        .client()
         .await
         .unwrap();
-    let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
-    let client = kube::Client::try_from(config).unwrap();
-    conductor::lifecycle::lease::prepare(&client, NS)
+    let ns = format!(
+        "leases-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    );
+    conductor::lifecycle::lease::prepare(&client, &ns)
         .await
         .unwrap();
-    (client, sim)
+    (client, ns)
 }
 
 async fn wait_gone(api: &Api<Lease>, name: &str) {
@@ -49,11 +50,11 @@ async fn wait_gone(api: &Api<Lease>, name: &str) {
 
 #[tokio::test]
 async fn one_holder_release_and_expiry() {
-    let (client, _sim) = client().await;
+    let (client, ns) = client().await;
     let d = Duration::from_secs(3);
-    let a = Leases::new(client.clone(), NS, "host-a-1", d, true);
-    let b = Leases::new(client.clone(), NS, "host-b-2", d, true);
-    let api: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let a = Leases::new(client.clone(), &ns, "host-a-1", d, true);
+    let b = Leases::new(client.clone(), &ns, "host-b-2", d, true);
+    let api: Api<Lease> = Api::namespaced(client.clone(), &ns);
     let name = cluster_lease("5b7c6a52-6f3e-4b8a-9d3e-0f6a1b2c3d4e");
 
     let held = a.try_acquire(&name).await.unwrap();
@@ -104,15 +105,15 @@ async fn put_lease(api: &Api<Lease>, name: &str, holder: &str) {
 
 #[tokio::test]
 async fn a_release_that_lost_a_race_with_a_renewal_still_deletes() {
-    let (client, _sim) = client().await;
+    let (client, ns) = client().await;
     let a = Leases::new(
         client.clone(),
-        NS,
+        &ns,
         "host-a-1",
         Duration::from_secs(30),
         true,
     );
-    let api: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let api: Api<Lease> = Api::namespaced(client.clone(), &ns);
     let name = cluster_lease("0b7c6a52-6f3e-4b8a-9d3e-0f6a1b2c3d4e");
     let held = a.try_acquire(&name).await.unwrap();
     // A renewal the drop cancelled after the apiserver applied it: the
@@ -131,10 +132,10 @@ async fn a_release_that_lost_a_race_with_a_renewal_still_deletes() {
 
 #[tokio::test]
 async fn a_stale_lease_of_our_own_is_taken_after_its_duration() {
-    let (client, _sim) = client().await;
+    let (client, ns) = client().await;
     let d = Duration::from_secs(2);
-    let a = Leases::new(client.clone(), NS, "host-a-1", d, true);
-    let api: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let a = Leases::new(client.clone(), &ns, "host-a-1", d, true);
+    let api: Api<Lease> = Api::namespaced(client.clone(), &ns);
     let name = cluster_lease("1b7c6a52-6f3e-4b8a-9d3e-0f6a1b2c3d4e");
     // Left behind by this process (holder = us, nobody renewing).
     let l: Lease = serde_json::from_value(serde_json::json!({

@@ -1,13 +1,13 @@
 //! Rendered objects applied through the conductor's management-cluster
-//! adapter into the simulator (both CAPI lines, detected), provisioned by
-//! the simulated controllers, then read back into the status mapper:
-//! CREATE_COMPLETE, HEALTHY, api_address, coe_version and node addresses.
+//! adapter into a real kube-apiserver (`../shared/k8s`, both CAPI lines,
+//! detected), provisioned by the simulated controllers, then read back into
+//! the status mapper: CREATE_COMPLETE, HEALTHY, api_address, coe_version and
+//! node addresses.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use capi_sim::resources::Line;
+use capi_sim::Line;
 use common::config::CapiVersion;
 use conductor::capi::addons::{self, AddonCharts, CloudConfig};
 use conductor::capi::labels;
@@ -16,20 +16,6 @@ use conductor::capi::status::{self, Clock, GroupTarget, Observed, Operation, Tar
 use conductor::mgmt::{self, Applier};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::{Value, json};
-
-async fn start_sim(line: Line, dir: &std::path::Path) -> (String, capi_sim::Sim) {
-    let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/crds");
-    let (addr, sim) = capi_sim::serve_in_process(&crds, line, Some(Duration::from_millis(5)))
-        .await
-        .unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!("apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: http://{addr}\ncontexts:\n- name: sim\n  context:\n    cluster: sim\n    user: sim\ncurrent-context: sim\nusers:\n- name: sim\n  user: {{}}\n"),
-    )
-    .unwrap();
-    (kubeconfig.display().to_string(), sim)
-}
 
 fn input(line: CapiLine) -> ClusterInput {
     let l: BTreeMap<String, String> = [("kube_tag", "v1.30.4")]
@@ -88,11 +74,9 @@ async fn list(client: &kube::Client, av: &str, kind: &str, plural: &str, ns: &st
 }
 
 async fn provision(line: Line) {
-    let dir = std::env::temp_dir().join(format!("mc-mgmt-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (kubeconfig, sim) = start_sim(line, &dir).await;
+    let cp = capi_sim::controlplane::shared(line);
     let mut opts = common::config::Config::from_text("").unwrap().capi;
-    opts.kubeconfig = Some(kubeconfig);
+    opts.kubeconfig = Some(cp.kubeconfig().display().to_string());
     let client = mgmt::client(&opts).await.unwrap();
     let capi_line = mgmt::detect_line(&client, CapiVersion::Auto).await.unwrap();
     assert_eq!(
@@ -103,7 +87,13 @@ async fn provision(line: Line) {
             CapiLine::V1beta1
         }
     );
-    let c = input(capi_line);
+    let mut c = input(capi_line);
+    c.namespace = format!("magnum-{}", uuid::Uuid::new_v4().simple());
+    let mut o = capi_sim::Options::new(line);
+    o.tick = Duration::from_millis(5);
+    o.namespace_prefix = Some(c.namespace.clone());
+    let sim = capi_sim::Controllers::start(cp.client().await.unwrap(), o);
+    sim.wait_synced().await;
     let cloud = CloudConfig {
         auth_url: "https://keystone.example.com/v3".into(),
         region: None,
@@ -124,34 +114,12 @@ async fn provision(line: Line) {
         &cloud,
     ));
     objects.push(addons::credentials_secret(&c, &cloud, "public", true).manifest);
-    let mut versions = Vec::new();
     for o in &objects {
-        let stored = applier
+        applier
             .apply(o)
             .await
             .unwrap_or_else(|e| panic!("{} {}: {e}", o["kind"], o["metadata"]["name"]));
-        versions.push(stored.metadata.resource_version.unwrap());
     }
-    // Re-applying the same objects changes nothing (idempotent).
-    for (o, rv) in objects.iter().zip(&versions) {
-        if o["kind"] == "Secret"
-            || o["kind"] == "HelmChartProxy"
-            || o["kind"] == "Cluster"
-            || o["kind"] == "OpenStackCluster"
-        {
-            continue; // the simulated controllers write these
-        }
-        let again = applier.apply(o).await.unwrap();
-        if o["kind"] == "OpenStackMachineTemplate" || o["kind"] == "KubeadmConfigTemplate" {
-            assert_eq!(
-                again.metadata.resource_version.as_ref(),
-                Some(rv),
-                "{} re-applied",
-                o["kind"]
-            );
-        }
-    }
-
     let capi = if capi_line == CapiLine::V1beta2 {
         "cluster.x-k8s.io/v1beta2"
     } else {
@@ -164,7 +132,7 @@ async fn provision(line: Line) {
     };
     let ns = c.namespace.clone();
     let mut view = None;
-    for _ in 0..2000 {
+    for _ in 0..3000 {
         let observed = Observed {
             cluster: list(&client, capi, "Cluster", "clusters", &ns)
                 .await
@@ -233,25 +201,36 @@ async fn provision(line: Line) {
             view = Some(v);
             break;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let v = view.unwrap_or_else(|| {
         panic!(
             "never CREATE_COMPLETE; controller errors {:?}",
-            sim.controller_errors()
+            sim.errors()
         )
     });
+    // Re-applying the same objects changes nothing (idempotent): once the
+    // controllers are done with them (they add the Cluster as the
+    // templates' owner), a second apply keeps their resourceVersion.
+    for o in &objects {
+        if o["kind"] != "OpenStackMachineTemplate" && o["kind"] != "KubeadmConfigTemplate" {
+            continue;
+        }
+        let first = applier.apply(o).await.unwrap();
+        let again = applier.apply(o).await.unwrap();
+        assert_eq!(
+            again.metadata.resource_version, first.metadata.resource_version,
+            "{} re-applied",
+            o["kind"]
+        );
+    }
     assert_eq!(v.health_status, "HEALTHY");
     assert_eq!(v.api_address.as_deref(), Some("https://203.0.113.10:6443"));
     assert_eq!(v.coe_version.as_deref(), Some("v1.30.4"));
     assert_eq!(v.master.node_addresses.len(), 3);
     assert_eq!(v.workers["default-worker"].node_addresses.len(), 2);
-    assert!(
-        sim.controller_errors().is_empty(),
-        "{:?}",
-        sim.controller_errors()
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+    assert!(sim.errors().is_empty(), "{:?}", sim.errors());
+    sim.stop();
 }
 
 #[tokio::test]

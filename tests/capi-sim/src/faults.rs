@@ -1,11 +1,13 @@
-//! Scriptable faults, so tests can watch a client cope with a misbehaving
-//! apiserver: error answers (500, 429 with Retry-After, 503...), slow
-//! answers, answers that never come, watches dropped or expired.
+//! Scriptable faults for the apiserver proxy ([`crate::proxy`]), so tests can
+//! watch a client cope with a misbehaving apiserver: error answers (500,
+//! 429 with Retry-After, 503...), slow answers, answers that never come,
+//! watches cut. (A resumed watch answered 410 Gone is not faked: restart
+//! the apiserver, [`crate::controlplane::ControlPlane::restart_apiserver`].)
 //!
 //! A rule matches requests by method and path substring and fires a number
-//! of times (or forever). Rules are set in process ([`crate::Sim::faults`])
+//! of times (or forever). Rules are set in process ([`crate::proxy::Proxy`])
 //! or over HTTP: `POST /_sim/faults` with a [`Rule`] as JSON, `DELETE
-//! /_sim/faults` to clear, `POST /_sim/compact` to expire all history.
+//! /_sim/faults` to clear.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -24,8 +26,6 @@ pub enum Action {
     Hang,
     /// Watches: end the stream after this many events.
     DropWatch { after_events: usize },
-    /// Watches: answer an ERROR event with 410 Gone.
-    ExpireWatch,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -159,13 +159,16 @@ mod tests {
             watch_only: true,
             client: None,
             times: None,
-            action: Action::ExpireWatch,
+            action: Action::DropWatch { after_events: 0 },
         });
         assert_eq!(f.take("GET", "/x", false), None);
-        assert_eq!(f.take("GET", "/x", true), Some(Action::ExpireWatch));
         assert_eq!(
             f.take("GET", "/x", true),
-            Some(Action::ExpireWatch),
+            Some(Action::DropWatch { after_events: 0 })
+        );
+        assert_eq!(
+            f.take("GET", "/x", true),
+            Some(Action::DropWatch { after_events: 0 }),
             "forever"
         );
     }

@@ -1,87 +1,157 @@
-//! `capi-sim --line v1beta1 [--crds ../shared/crds] [--listen 127.0.0.1:6443] [--kubeconfig PATH]`
+//! `capi-sim --kubeconfig KUBECONFIG --line v1beta1|v1beta2 [...]`
 //!
-//! Serves a simulated management-cluster apiserver over plain HTTP on
-//! loopback and writes a kubeconfig pointing at it (kubectl and kube-rs
-//! connect unchanged).
+//! Runs the simulated CAPI/CAPO/CAAPH controllers and CAPI's admission
+//! webhooks against the real apiserver of KUBECONFIG (a control plane from
+//! `../shared/k8s/up.sh`), optionally a fault-injecting proxy in front of it
+//! (`--proxy-kubeconfig OUT`: the kubeconfig for the proxy's clients), and
+//! the simulator's control endpoint. `--ready-file F` receives the control
+//! URL once everything is up. SIGTERM/SIGINT: the webhooks are unregistered
+//! and the process exits.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use capi_sim::resources::{self, Line};
+use capi_sim::kinds::Line;
 use clap::Parser;
 
 #[derive(Parser, Debug)]
 #[command(name = "capi-sim", version)]
 struct Args {
-    /// Which CRD release line to serve: CAPI 1.10 (v1beta1) or 1.14 (v1beta2).
+    /// The management cluster (a real kube-apiserver with the line's CRDs).
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    /// Which release line its CRDs are: CAPI 1.10 (v1beta1) or 1.14 (v1beta2).
     #[arg(long, value_enum, default_value = "v1beta1")]
     line: Line,
-    /// Folder holding the CRD release folders.
-    #[arg(long, default_value = "../shared/crds")]
-    crds: PathBuf,
-    #[arg(long, default_value = "127.0.0.1:6443")]
-    listen: SocketAddr,
-    /// Where to write a kubeconfig for this simulator.
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
-    /// Events kept for watches to resume from (older: 410 Gone).
-    #[arg(long, default_value_t = 100_000)]
-    history: usize,
-    /// Milliseconds between simulated controller passes (each object moves
-    /// one step per pass); 0 turns the controllers off.
-    #[arg(long, default_value_t = 1000)]
+    /// Milliseconds between a change and the pass that reacts to it.
+    #[arg(long, default_value_t = 20)]
     tick_ms: u64,
+    /// Reconcile only namespaces starting with this.
+    #[arg(long)]
+    namespace_prefix: Option<String>,
+    /// Clusters reconciled at once.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// No controllers (webhooks and proxy only).
+    #[arg(long)]
+    no_controllers: bool,
+    /// Do not register CAPI's admission webhooks.
+    #[arg(long)]
+    no_webhooks: bool,
+    /// Name of the webhook configurations.
+    #[arg(long, default_value = "capi-sim")]
+    webhook_name: String,
+    /// Start the fault-injecting proxy and write its clients' kubeconfig here.
+    #[arg(long)]
+    proxy_kubeconfig: Option<PathBuf>,
+    #[arg(long, default_value = "127.0.0.1:0")]
+    proxy_listen: SocketAddr,
+    /// The control endpoint (plain HTTP).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    control: SocketAddr,
+    /// Written with the control URL once ready.
+    #[arg(long)]
+    ready_file: Option<PathBuf>,
 }
 
-pub fn kubeconfig(server: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: capi-sim\n  cluster:\n    server: {server}\ncontexts:\n- name: capi-sim\n  context:\n    cluster: capi-sim\n    user: capi-sim\n    namespace: default\ncurrent-context: capi-sim\nusers:\n- name: capi-sim\n  user: {{}}\n"
-    )
+async fn run(args: Args) -> Result<(), String> {
+    let e = |what: &str| {
+        let what = what.to_string();
+        move |err: Box<dyn std::error::Error + Send + Sync>| format!("{what}: {err}")
+    };
+    let kc = kube::config::Kubeconfig::read_from(&args.kubeconfig)
+        .map_err(|x| format!("{}: {x}", args.kubeconfig.display()))?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|x| format!("{}: {x}", args.kubeconfig.display()))?;
+    let client = kube::Client::try_from(config).map_err(|x| x.to_string())?;
+    let webhooks = if args.no_webhooks {
+        None
+    } else {
+        let w = capi_sim::admission::Webhooks::serve()
+            .await
+            .map_err(e("webhooks"))?;
+        w.register(&client, args.line, &args.webhook_name)
+            .await
+            .map_err(|x| format!("registering the webhooks: {x}"))?;
+        Some(w)
+    };
+    let controllers = (!args.no_controllers).then(|| {
+        let mut o = capi_sim::Options::new(args.line);
+        o.tick = std::time::Duration::from_millis(args.tick_ms);
+        o.namespace_prefix = args.namespace_prefix.clone();
+        o.concurrency = args.concurrency;
+        capi_sim::Controllers::start(client.clone(), o)
+    });
+    if let Some(c) = &controllers {
+        c.wait_synced().await;
+    }
+    let proxy = match &args.proxy_kubeconfig {
+        Some(out) => {
+            let p = capi_sim::proxy::Proxy::start(&args.kubeconfig, args.proxy_listen)
+                .await
+                .map_err(e("proxy"))?;
+            let kc = p
+                .kubeconfig(&args.kubeconfig)
+                .map_err(e("proxy kubeconfig"))?;
+            std::fs::write(out, kc).map_err(|x| format!("{}: {x}", out.display()))?;
+            println!("capi-sim proxy on https://{}", p.addr);
+            Some(Arc::new(p))
+        }
+        None => None,
+    };
+    let control = capi_sim::control::Control {
+        client: client.clone(),
+        line: args.line,
+        controllers,
+        proxy,
+    };
+    let listener = tokio::net::TcpListener::bind(args.control)
+        .await
+        .map_err(|x| format!("control {}: {x}", args.control))?;
+    let url = format!(
+        "http://{}",
+        listener.local_addr().map_err(|x| x.to_string())?
+    );
+    let server =
+        tokio::spawn(
+            async move { axum::serve(listener, capi_sim::control::router(control)).await },
+        );
+    println!("capi-sim ({:?}) control on {url}", args.line);
+    if let Some(f) = &args.ready_file {
+        std::fs::write(f, &url).map_err(|x| format!("{}: {x}", f.display()))?;
+    }
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|x| x.to_string())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+        r = server => return Err(format!("control endpoint ended: {r:?}")),
+    }
+    if webhooks.is_some() {
+        capi_sim::admission::Webhooks::unregister(&client, &args.webhook_name).await;
+    }
+    Ok(())
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    let _ = tracing_subscriber::fmt().with_target(false).try_init();
-    let dirs = resources::line_dirs(&args.crds, args.line);
-    let dir_refs: Vec<&std::path::Path> = dirs.iter().map(PathBuf::as_path).collect();
-    let crds = match resources::load_crd_dirs(&dir_refs) {
-        Ok(c) => c,
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_target(false)
+        .try_init();
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("capi-sim: {e}");
-            return ExitCode::from(2);
+            ExitCode::from(2)
         }
-    };
-    let mut all = resources::builtins();
-    all.extend(crds);
-    let count = all.len();
-    let sim = capi_sim::Sim::new(all, args.history);
-    if args.tick_ms > 0 {
-        sim.start_controllers(args.line, std::time::Duration::from_millis(args.tick_ms));
     }
-    let listener = match tokio::net::TcpListener::bind(args.listen).await {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("capi-sim: cannot listen on {}: {e}", args.listen);
-            return ExitCode::from(2);
-        }
-    };
-    let addr = listener.local_addr().unwrap_or(args.listen);
-    let server = format!("http://{addr}");
-    if let Some(path) = &args.kubeconfig
-        && let Err(e) = std::fs::write(path, kubeconfig(&server))
-    {
-        eprintln!("capi-sim: cannot write {}: {e}", path.display());
-        return ExitCode::from(2);
-    }
-    println!(
-        "capi-sim serving {count} resources ({:?}) on {server}",
-        args.line
-    );
-    if let Err(e) = axum::serve(listener, capi_sim::api::router(sim)).await {
-        eprintln!("capi-sim: {e}");
-        return ExitCode::FAILURE;
-    }
-    ExitCode::SUCCESS
 }

@@ -1,8 +1,9 @@
-//! CAPI's admission webhooks, as far as a client can observe them.
+//! CAPI's admission webhooks, as far as a client can observe them (pure;
+//! served to the apiserver by [`crate::admission`]).
 //!
 //! A real management cluster runs CAPI's defaulting and validating webhooks
-//! on every write of its kinds (clients and controllers alike). Modelled
-//! here, from the upstream source:
+//! on every write of its kinds (clients and controllers alike), called by
+//! the apiserver itself. Modelled here, from the upstream source:
 //!
 //! - **MachineDeployment defaulting** (cluster-api v1.10
 //!   `internal/webhooks/machinedeployment.go` `Default`; v1.14
@@ -23,7 +24,27 @@
 
 use serde_json::{Value, json};
 
-use crate::store::ApiError;
+/// A webhook's refusal: the HTTP code and message the apiserver passes on
+/// (it prefixes `admission webhook "<name>" denied the request: `), and the
+/// `details` of the Status.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: String,
+    pub details: Option<Value>,
+}
+
+impl ApiError {
+    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+        }
+    }
+}
 
 const CLUSTER_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 const MIN: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size";
@@ -70,8 +91,7 @@ fn parse_count(v: &Value, annotation: &str, name: &str) -> Result<Option<i64>, A
                 400,
                 "BadRequest",
                 format!(
-                    "admission webhook \"default.machinedeployment.cluster.x-k8s.io\" denied the request: \
-                     failed to caculate MachineDeployment replicas value: could not parse the value of the {annotation:?} annotation ({name})"
+                    "failed to caculate MachineDeployment replicas value: could not parse the value of the {annotation:?} annotation ({name})"
                 ),
             )
         })

@@ -12,45 +12,43 @@
 //! - replicas owned by the autoscaler (`calculateMachineDeploymentReplicas`):
 //!   an apply without `replicas` keeps the count, the `scale` subresource
 //!   changes it;
-//! - the KubeadmControlPlane webhook refuses a minor-version skip;
-//! - a server-side apply that creates an object answers 201.
+//! - the KubeadmControlPlane webhook refuses a minor-version skip.
+//!
+//! The webhooks are CAPI's as served by `capi_sim::admission` and called by
+//! the real apiserver (`../shared/k8s`), with its server-side apply.
 
 mod support;
 
-use capi_sim::resources::Line;
-use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
+use capi_sim::Line;
+use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
-use support::{api, apply_all, eventually, start};
+use support::{Env, running, start};
 
 fn lines() -> [(Line, &'static str); 2] {
     [(Line::V1beta1, "v1beta1"), (Line::V1beta2, "v1beta2")]
 }
 
-fn running(ms: &[DynamicObject]) -> usize {
-    ms.iter()
-        .filter(|m| m.data.pointer("/status/phase") == Some(&json!("Running")))
-        .count()
-}
-
-/// Live (not deleting) machines of the MachineDeployment, from the store.
-fn worker_machines(sim: &capi_sim::Sim) -> Vec<Value> {
-    sim.read(|s| {
-        let r = s.find("cluster.x-k8s.io", "machines").unwrap();
-        s.snapshot(r)
+/// The MachineDeployment's machines, as the controllers' cache holds them.
+fn worker_machines(env: &Env) -> Vec<Value> {
+    env.controllers.read(|c| {
+        c.labelled(
+            capi_sim::kinds::Kind::Machine,
+            &env.ns,
+            &[("cluster.x-k8s.io/deployment-name", "c1-md")],
+        )
+        .into_iter()
+        .cloned()
+        .collect()
     })
-    .into_iter()
-    .filter(|m| {
-        m.pointer("/metadata/labels/cluster.x-k8s.io~1deployment-name") == Some(&json!("c1-md"))
-    })
-    .collect()
 }
 
 #[tokio::test]
 async fn rolling_updates_keep_within_the_batch() {
     for (line, v) in lines() {
-        let (client, sim) = start(line).await;
+        let env = start(line).await;
+        let sim = &env;
         let v2 = line == Line::V1beta2;
-        apply_all(&client, v2, |kind, o| {
+        env.apply_all(|kind, o| {
             if kind == "MachineDeployment" {
                 o["spec"]["replicas"] = json!(4);
                 let rolling = json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 2, "maxUnavailable": 0}});
@@ -62,8 +60,8 @@ async fn rolling_updates_keep_within_the_batch() {
             }
         })
         .await;
-        let machines = api(&client, "cluster.x-k8s.io", v, "Machine", "machines");
-        eventually(&sim, "4 workers running", || async {
+        let machines = env.api("cluster.x-k8s.io", v, "Machine", "machines");
+        sim.eventually("4 workers running", || async {
             let ms = machines
                 .list(&ListParams::default().labels("cluster.x-k8s.io/deployment-name=c1-md"))
                 .await
@@ -73,8 +71,7 @@ async fn rolling_updates_keep_within_the_batch() {
         })
         .await;
         // Roll: a new version in the template.
-        let mds = api(
-            &client,
+        let mds = env.api(
             "cluster.x-k8s.io",
             v,
             "MachineDeployment",
@@ -89,8 +86,8 @@ async fn rolling_updates_keep_within_the_batch() {
         .unwrap();
         let (mut most, mut fewest_ready) = (0usize, usize::MAX);
         let mut done = false;
-        for _ in 0..4000 {
-            let ms = worker_machines(&sim);
+        for _ in 0..6000 {
+            let ms = worker_machines(&env);
             let live: Vec<&Value> = ms
                 .iter()
                 .filter(|m| m.pointer("/metadata/deletionTimestamp").is_none())
@@ -116,7 +113,7 @@ async fn rolling_updates_keep_within_the_batch() {
         assert!(
             done,
             "{v}: never rolled; errors {:?}",
-            sim.controller_errors()
+            env.controllers.errors()
         );
         assert!(
             most <= 6,
@@ -133,7 +130,7 @@ async fn rolling_updates_keep_within_the_batch() {
         } else {
             "updatedReplicas"
         };
-        eventually(&sim, "the MachineDeployment's counters", || async {
+        sim.eventually("the MachineDeployment's counters", || async {
             let md = mds.get("c1-md").await.unwrap();
             md.data["status"][updated] == json!(4) && md.data["status"]["replicas"] == json!(4)
         })
@@ -146,22 +143,19 @@ async fn rolling_updates_keep_within_the_batch() {
             .cloned()
             .unwrap();
         assert_eq!(available["status"], "True", "{v}: {available}");
-        assert!(
-            sim.controller_errors().is_empty(),
-            "{:?}",
-            sim.controller_errors()
-        );
+        env.assert_no_controller_errors();
     }
 }
 
 #[tokio::test]
 async fn control_plane_scale_down_honours_delete_machine_and_reports_lowest_version() {
     for (line, v) in lines() {
-        let (client, sim) = start(line).await;
-        apply_all(&client, line == Line::V1beta2, |_, _| {}).await;
-        let machines = api(&client, "cluster.x-k8s.io", v, "Machine", "machines");
+        let env = start(line).await;
+        let sim = &env;
+        env.apply_all(|_, _| {}).await;
+        let machines = env.api("cluster.x-k8s.io", v, "Machine", "machines");
         let cp = ListParams::default().labels("cluster.x-k8s.io/control-plane");
-        eventually(&sim, "3 control-plane machines running", || async {
+        sim.eventually("3 control-plane machines running", || async {
             running(&machines.list(&cp).await.unwrap().items) == 3
         })
         .await;
@@ -181,8 +175,7 @@ async fn control_plane_scale_down_honours_delete_machine_and_reports_lowest_vers
                 .await
                 .unwrap();
         }
-        let kcps = api(
-            &client,
+        let kcps = env.api(
             "controlplane.cluster.x-k8s.io",
             v,
             "KubeadmControlPlane",
@@ -195,7 +188,7 @@ async fn control_plane_scale_down_honours_delete_machine_and_reports_lowest_vers
         )
         .await
         .unwrap();
-        eventually(&sim, "one control-plane machine left", || async {
+        sim.eventually("one control-plane machine left", || async {
             machines.list(&cp).await.unwrap().items.len() == 1
         })
         .await;
@@ -215,7 +208,7 @@ async fn control_plane_scale_down_honours_delete_machine_and_reports_lowest_vers
         .unwrap();
         let mut saw_old_while_rolling = false;
         let mut upgraded = false;
-        for _ in 0..3000 {
+        for _ in 0..6000 {
             let k = kcps.get("c1-cp").await.unwrap();
             let ms = machines.list(&cp).await.unwrap().items;
             let versions: Vec<Value> = ms
@@ -266,21 +259,20 @@ async fn control_plane_scale_down_honours_delete_machine_and_reports_lowest_vers
 #[tokio::test]
 async fn the_autoscaler_owns_annotated_replicas() {
     for (line, v) in lines() {
-        let (client, sim) = start(line).await;
-        let v2 = line == Line::V1beta2;
+        let env = start(line).await;
+        let sim = &env;
         let bounds = |o: &mut Value| {
             o["metadata"]["annotations"] = json!({
                 "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size": "1",
                 "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size": "5"});
         };
-        apply_all(&client, v2, |kind, o| {
+        env.apply_all(|kind, o| {
             if kind == "MachineDeployment" {
                 bounds(o);
             }
         })
         .await;
-        let mds = api(
-            &client,
+        let mds = env.api(
             "cluster.x-k8s.io",
             v,
             "MachineDeployment",
@@ -288,7 +280,7 @@ async fn the_autoscaler_owns_annotated_replicas() {
         );
         assert_eq!(mds.get("c1-md").await.unwrap().data["spec"]["replicas"], 2);
         // Our next apply leaves replicas out: the count stays.
-        apply_all(&client, v2, |kind, o| {
+        env.apply_all(|kind, o| {
             if kind == "MachineDeployment" {
                 bounds(o);
                 o["spec"].as_object_mut().unwrap().remove("replicas");
@@ -311,8 +303,8 @@ async fn the_autoscaler_owns_annotated_replicas() {
         )
         .await
         .unwrap();
-        let machines = api(&client, "cluster.x-k8s.io", v, "Machine", "machines");
-        eventually(&sim, "4 workers", || async {
+        let machines = env.api("cluster.x-k8s.io", v, "Machine", "machines");
+        sim.eventually("4 workers", || async {
             running(
                 &machines
                     .list(&ListParams::default().labels("cluster.x-k8s.io/deployment-name=c1-md"))
@@ -322,7 +314,7 @@ async fn the_autoscaler_owns_annotated_replicas() {
             ) == 4
         })
         .await;
-        apply_all(&client, v2, |kind, o| {
+        env.apply_all(|kind, o| {
             if kind == "MachineDeployment" {
                 bounds(o);
                 o["spec"].as_object_mut().unwrap().remove("replicas");
@@ -342,7 +334,7 @@ async fn the_autoscaler_owns_annotated_replicas() {
         )
         .await
         .unwrap();
-        apply_all(&client, v2, |kind, o| {
+        env.apply_all(|kind, o| {
             if kind == "MachineDeployment" {
                 bounds(o);
                 o["spec"].as_object_mut().unwrap().remove("replicas");
@@ -354,24 +346,6 @@ async fn the_autoscaler_owns_annotated_replicas() {
             md.data["spec"]["replicas"], 9,
             "an explicit scale is an explicit value"
         );
-        let _ = sim;
+        env.assert_no_controller_errors();
     }
-}
-
-#[tokio::test]
-async fn apply_that_creates_answers_201() {
-    let (client, _sim) = start(Line::V1beta1).await;
-    let ns = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "default"}, "data": {"a": "b"}});
-    let req = |body: &Value| {
-        http::Request::builder()
-            .method("PATCH")
-            .uri("/api/v1/namespaces/default/configmaps/x?fieldManager=t")
-            .header("Content-Type", "application/apply-patch+yaml")
-            .body(serde_json::to_vec(body).unwrap())
-            .unwrap()
-    };
-    let created = client.send(req(&ns).map(Into::into)).await.unwrap();
-    assert_eq!(created.status(), 201);
-    let again = client.send(req(&ns).map(Into::into)).await.unwrap();
-    assert_eq!(again.status(), 200);
 }

@@ -1,81 +1,177 @@
-//! Helpers shared by the simulator's integration tests: an in-process
-//! simulator, dynamic APIs, polling, and one cluster's object set.
+//! Helpers shared by the simulator's integration tests: the real control
+//! plane of a line (shared by the tests of this binary, each in its own
+//! namespace, with controllers scoped to it), dynamic APIs, polling, and
+//! one cluster's object set.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use capi_sim::resources::Line;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
-use kube::{Client, Config};
+use capi_sim::{Controllers, Line, Options};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
+use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-pub async fn start(line: Line) -> (Client, capi_sim::Sim) {
-    start_with(line, Some(Duration::from_millis(5))).await
+pub struct Env {
+    pub client: Client,
+    pub ns: String,
+    pub line: Line,
+    pub controllers: Controllers,
 }
 
-/// An in-process simulator whose controllers tick every `tick` (None: the
-/// test runs the passes itself).
-pub async fn start_with(line: Line, tick: Option<Duration>) -> (Client, capi_sim::Sim) {
-    let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/crds");
-    let (addr, sim) = capi_sim::serve_in_process(&crds, line, tick).await.unwrap();
-    (
-        Client::try_from(Config::new(format!("http://{addr}").parse().unwrap())).unwrap(),
-        sim,
-    )
-}
-
-pub fn api(
-    client: &Client,
-    group: &str,
-    version: &str,
-    kind: &str,
-    plural: &str,
-) -> Api<DynamicObject> {
-    Api::namespaced_with(
-        client.clone(),
-        "default",
-        &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural),
-    )
-}
-
-pub async fn eventually<F, Fut>(sim: &capi_sim::Sim, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    for _ in 0..2000 {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+impl Drop for Env {
+    fn drop(&mut self) {
+        self.controllers.stop();
     }
-    let dump = sim.read(|s| s.dump());
-    let brief: Vec<String> = dump["objects"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .flat_map(|(k, v)| {
-                    v.as_array()
-                        .cloned()
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(move |o| {
-                            format!(
-                                "{k}/{} status={}",
-                                o["metadata"]["name"].as_str().unwrap_or(""),
-                                o.get("status").map(|s| s.to_string()).unwrap_or_default()
-                            )
-                        })
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    panic!(
-        "timed out waiting for {what}; controller errors: {:?}\n{}",
-        sim.controller_errors(),
-        brief.join("\n")
+}
+
+/// A namespace of its own on the line's shared control plane, and
+/// controllers reconciling it (every 5 ms after a change).
+pub async fn start(line: Line) -> Env {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let cp = capi_sim::controlplane::shared(line);
+    let client = cp.client().await.unwrap();
+    let ns = format!("cs-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let nsapi: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("", "v1", "Namespace"),
+            "namespaces",
+        ),
     );
+    nsapi
+        .patch(
+            &ns,
+            &PatchParams::apply("test"),
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let mut o = Options::new(line);
+    o.tick = Duration::from_millis(5);
+    o.namespace_prefix = Some(ns.clone());
+    let controllers = Controllers::start(client.clone(), o);
+    controllers.wait_synced().await;
+    Env {
+        client,
+        ns,
+        line,
+        controllers,
+    }
+}
+
+impl Env {
+    pub fn v2(&self) -> bool {
+        self.line == Line::V1beta2
+    }
+
+    pub fn api(&self, group: &str, version: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            &self.ns,
+            &ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk(group, version, kind),
+                plural,
+            ),
+        )
+    }
+
+    /// The CAPI core version of the line.
+    pub fn capi(&self) -> &'static str {
+        if self.v2() { "v1beta2" } else { "v1beta1" }
+    }
+
+    pub fn machines(&self) -> Api<DynamicObject> {
+        self.api("cluster.x-k8s.io", self.capi(), "Machine", "machines")
+    }
+
+    pub async fn list(&self, api: &Api<DynamicObject>, selector: &str) -> Vec<DynamicObject> {
+        api.list(&ListParams::default().labels(selector))
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// Server-side apply the object set, as the conductor will, after `tweak`.
+    pub async fn apply_all(&self, tweak: impl Fn(&str, &mut Value)) {
+        let apply = PatchParams::apply("magnum-conductor");
+        for (group, kind, plural, mut obj) in objects(self.v2()) {
+            tweak(kind, &mut obj);
+            let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+            let ver = obj["apiVersion"]
+                .as_str()
+                .unwrap()
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .to_string();
+            self.api(group, &ver, kind, plural)
+                .patch(&name, &apply, &Patch::Apply(obj))
+                .await
+                .unwrap_or_else(|e| panic!("{kind} {name}: {e}"));
+        }
+    }
+
+    /// Wait (60 s at most) for `check`; on time-out, fail with what the
+    /// namespace holds and the controller writes the apiserver refused.
+    pub async fn eventually<F, Fut>(&self, what: &str, mut check: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        for _ in 0..1200 {
+            if check().await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut brief = Vec::new();
+        for kind in capi_sim::kinds::Kind::ALL {
+            if kind == capi_sim::kinds::Kind::Namespace {
+                continue;
+            }
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), &self.ns, &kind.api_resource(self.line));
+            for o in api
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+            {
+                brief.push(format!(
+                    "{}/{} status={}",
+                    kind.name(),
+                    o.name_any(),
+                    o.data
+                        .get("status")
+                        .map(|s| s.to_string())
+                        .unwrap_or_default()
+                ));
+            }
+        }
+        panic!(
+            "timed out waiting for {what}; controller errors: {:?}\n{}",
+            self.controllers.errors(),
+            brief.join("\n")
+        );
+    }
+
+    pub fn assert_no_controller_errors(&self) {
+        let e = self.controllers.errors();
+        assert!(e.is_empty(), "controller writes refused: {e:?}");
+    }
+}
+
+pub fn running(ms: &[DynamicObject]) -> usize {
+    ms.iter()
+        .filter(|m| m.data.pointer("/status/phase") == Some(&json!("Running")))
+        .count()
 }
 
 pub fn objects(v2: bool) -> Vec<(&'static str, &'static str, &'static str, Value)> {
@@ -142,14 +238,14 @@ pub fn objects(v2: bool) -> Vec<(&'static str, &'static str, &'static str, Value
             "KubeadmConfigTemplate",
             "kubeadmconfigtemplates",
             json!({"apiVersion": boot_api, "kind": "KubeadmConfigTemplate",
-            "metadata": {"name": "c1-md"}, "spec": {"template": {"spec": {}}}}),
+            "metadata": {"name": "c1-md"}, "spec": {"template": {"spec": {"format": "cloud-config"}}}}),
         ),
         (
             "controlplane.cluster.x-k8s.io",
             "KubeadmControlPlane",
             "kubeadmcontrolplanes",
             json!({"apiVersion": kcp_api, "kind": "KubeadmControlPlane",
-            "metadata": {"name": "c1-cp"}, "spec": {"replicas": 3, "version": "v1.30.4", "kubeadmConfigSpec": {}, "machineTemplate": machine_template}}),
+            "metadata": {"name": "c1-cp"}, "spec": {"replicas": 3, "version": "v1.30.4", "kubeadmConfigSpec": {"format": "cloud-config"}, "machineTemplate": machine_template}}),
         ),
         (
             "cluster.x-k8s.io",
@@ -197,24 +293,4 @@ pub fn objects(v2: bool) -> Vec<(&'static str, &'static str, &'static str, Value
                             "resources": [{"kind": "Secret", "name": "c1-calico"}]}}),
         ),
     ]
-}
-
-/// Server-side apply the object set, as the conductor will, after `tweak`.
-pub async fn apply_all(client: &Client, v2: bool, tweak: impl Fn(&str, &mut Value)) {
-    let apply = PatchParams::apply("magnum-conductor");
-    for (group, kind, plural, mut obj) in objects(v2) {
-        tweak(kind, &mut obj);
-        let name = obj["metadata"]["name"].as_str().unwrap().to_string();
-        let ver = obj["apiVersion"]
-            .as_str()
-            .unwrap()
-            .rsplit('/')
-            .next()
-            .unwrap()
-            .to_string();
-        api(client, group, &ver, kind, plural)
-            .patch(&name, &apply, &Patch::Apply(obj))
-            .await
-            .unwrap_or_else(|e| panic!("{kind} {name}: {e}"));
-    }
 }

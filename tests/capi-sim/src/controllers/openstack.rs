@@ -1,0 +1,57 @@
+//! OpenStackCluster, as CAPO 0.12/0.14 reconciles it
+//! (`controllers/openstackcluster_controller.go`): nothing until the
+//! Cluster controller made the Cluster its owner (`util.GetOwnerCluster`:
+//! "Cluster Controller has not yet set OwnerRef"); then the finalizer, the
+//! network, router and API load balancer in `status`, the control-plane
+//! endpoint, and `status.ready` (`reconcileNormal`). A fatal error sets
+//! `failureReason`/`failureMessage` (`handleUpdateOSCError`, isFatal).
+//! Simulated: no OpenStack; the resources get made-up ids, the load
+//! balancer the address 203.0.113.10. Fault: the annotation
+//! `capi-sim/fail-reason` on the object or its Namespace fails it with that
+//! message (e.g. a quota error).
+
+use serde_json::{Value, json};
+
+use super::Ctx;
+use crate::kinds::Kind;
+use crate::obj::{FAIL, annotation, deleting, meta, name, namespace, owner_refs, short_hash};
+
+const FINALIZER: &str = "openstackcluster.infrastructure.cluster.x-k8s.io";
+
+pub fn reconcile(c: &mut Ctx<'_>, cur: Value) {
+    let mut next = cur.clone();
+    if deleting(&cur) {
+        c.drop_finalizer(&mut next, FINALIZER);
+        c.write(Kind::OpenStackCluster, &cur, next);
+        return;
+    }
+    let owned = owner_refs(&cur).iter().any(|r| {
+        r["kind"] == "Cluster"
+            && r["apiVersion"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("cluster.x-k8s.io/"))
+    });
+    if !owned {
+        return;
+    }
+    c.ensure_finalizer(&mut next, FINALIZER);
+    let n = name(&cur).to_string();
+    let ns_reason = c.ns_annotation(namespace(&cur), FAIL);
+    if let Some(reason) = annotation(&cur, FAIL).map(str::to_string).or(ns_reason) {
+        next["status"] =
+            json!({"ready": false, "failureReason": "UpdateError", "failureMessage": reason});
+    } else if cur.pointer("/status/ready") != Some(&json!(true)) {
+        let id = short_hash(&json!(meta(&cur, "uid")));
+        next["status"] = json!({
+            "ready": true,
+            "network": {"id": format!("net-{id}"), "name": format!("k8s-clusterapi-cluster-{n}")},
+            "router": {"id": format!("router-{id}"), "name": format!("k8s-clusterapi-cluster-{n}")},
+            "apiServerLoadBalancer": {"id": format!("lb-{id}"), "name": format!("k8s-clusterapi-cluster-{n}-kubeapi"),
+                                      "ip": "203.0.113.10", "internalIP": "10.6.0.10"},
+        });
+        if next.pointer("/spec/controlPlaneEndpoint/host").is_none() {
+            next["spec"]["controlPlaneEndpoint"] = json!({"host": "203.0.113.10", "port": 6443});
+        }
+    }
+    c.write(Kind::OpenStackCluster, &cur, next);
+}
