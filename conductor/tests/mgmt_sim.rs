@@ -114,6 +114,21 @@ async fn provision(line: Line) {
         &cloud,
     ));
     objects.push(addons::credentials_secret(&c, &cloud, "public", true).manifest);
+    // As the engine applies them: the Cluster first, then everything else
+    // owned by it, with the owner references CAPI itself sets.
+    let cluster = objects.iter().find(|o| o["kind"] == "Cluster").unwrap();
+    let stored = applier.apply(cluster).await.unwrap();
+    let plain = json!({"apiVersion": cluster["apiVersion"], "kind": "Cluster",
+                       "name": stored.metadata.name, "uid": stored.metadata.uid});
+    let objects: Vec<Value> = objects
+        .into_iter()
+        .filter(|o| o["kind"] != "Cluster")
+        .map(|mut o| {
+            let kind = o["kind"].as_str().unwrap().to_string();
+            o["metadata"]["ownerReferences"] = render::cluster_owner_refs(capi_line, &kind, &plain);
+            o
+        })
+        .collect();
     for o in &objects {
         applier
             .apply(o)
@@ -209,9 +224,18 @@ async fn provision(line: Line) {
             sim.errors()
         )
     });
-    // Re-applying the same objects changes nothing (idempotent): once the
-    // controllers are done with them (they add the Cluster as the
-    // templates' owner), a second apply keeps their resourceVersion.
+    // Day 2: every object applied again once CAPI's controllers have taken
+    // them over (owner references, labels, finalizers): no conflict with
+    // their field manager (the conductor's ownerReferences are what CAPI
+    // sets: a different one is a 409 on a real apiserver).
+    for o in &objects {
+        applier
+            .apply(o)
+            .await
+            .unwrap_or_else(|e| panic!("re-applying {} {}: {e}", o["kind"], o["metadata"]["name"]));
+    }
+    // Re-applying the same objects changes nothing (idempotent): a second
+    // apply keeps their resourceVersion.
     for o in &objects {
         if o["kind"] != "OpenStackMachineTemplate" && o["kind"] != "KubeadmConfigTemplate" {
             continue;

@@ -1,45 +1,40 @@
-"""Day-2 cost on the simulator: time from a `cluster_resize` (or upgrade)
-request to the Magnum row saying UPDATE_COMPLETE, and the requests the
-conductor sends to the management cluster for it.
+"""Day-2 cost on a real kube-apiserver (../shared/k8s, CAPI v1beta1 line;
+the CAPI controllers simulated by capi-sim): time from a `cluster_resize`
+(or upgrade) request to the Magnum row saying UPDATE_COMPLETE, and the
+requests the conductor sends to the management cluster for it.
 
-    python bench_day2.py --conductor BIN --sim BIN --crds DIR [--clusters 20] [--tick-ms 20]
+    python bench_day2.py --conductor BIN [--sim BIN] [--clusters 20] [--tick-ms 20]
 
 Run by scripts/bench-day2.sh. N clusters (1 master, 2 workers) are created
-first; then, one cluster at a time (so every request the simulator counts
+first; then, one cluster at a time (so every request capi-sim's proxy counts
 for our User-Agent belongs to that operation): resize 2 -> 4, resize
 4 -> 2 naming two machines in `nodes_to_remove`, and an upgrade to v1.31
 (max_batch_size 2). Each is timed from just before the RPC to the moment a
 MariaDB poll (every 5 ms) sees UPDATE_COMPLETE. Most of that time is the
-simulated machines' (the simulator moves each object one step per
-`--tick-ms`: a new machine needs about four ticks to run); `rpc_return_ms` is
+simulated machines' (capi-sim reacts `--tick-ms` after a change, and moves
+a machine one phase per pass: a new machine needs about four passes and
+their writes to the real apiserver to run); `rpc_return_ms` is
 how long the request itself took to send (casts) or answer (the upgrade
 call). Prints a JSON summary on the last line.
 """
 import argparse
 import json
 import os
+import pathlib
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import conftest  # noqa: E402
 from conftest import Conductor, free_port, mysql_admin, new_database, new_vhost, rabbitmqctl, write_conf  # noqa: E402
+import k8s  # noqa: E402
 
 PROJECT = "9d3c1b2a4e5f46a7b8c9d0e1f2a3b4c5"
 NS = "magnum-" + PROJECT
-
-
-def http(server, method, path, body=None, ctype="application/json"):
-    req = urllib.request.Request(server + path, method=method, data=json.dumps(body).encode() if body else None,
-                                 headers={"Content-Type": ctype, "User-Agent": "bench/1"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return json.loads(r.read())
 
 
 def quantiles(xs):
@@ -51,22 +46,17 @@ def quantiles(xs):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--conductor", required=True)
-    ap.add_argument("--sim", required=True)
-    ap.add_argument("--crds", required=True)
+    ap.add_argument("--sim", default=k8s.SIM_BIN)
     ap.add_argument("--clusters", type=int, default=20)
     ap.add_argument("--tick-ms", type=int, default=20)
     a = ap.parse_args()
     os.environ["MAGNUM_CONDUCTOR_BIN"] = a.conductor
     # conftest read the variable when it was imported: point it here too.
     conftest.CONDUCTOR_BIN = a.conductor
+    k8s.SIM_BIN = a.sim
     tmp = tempfile.mkdtemp(prefix="bench-day2-")
-    kubeconfig = os.path.join(tmp, "sim.kubeconfig")
-    sim = subprocess.Popen([a.sim, "--line", "v1beta1", "--crds", a.crds, "--listen", "127.0.0.1:0",
-                            "--kubeconfig", kubeconfig, "--tick-ms", str(a.tick_ms)],
-                           stdout=open(os.path.join(tmp, "sim.log"), "w"), stderr=subprocess.STDOUT)
-    while not os.path.exists(kubeconfig) or os.path.getsize(kubeconfig) == 0:
-        time.sleep(0.1)
-    server = next(ln.split("server:")[1].strip() for ln in open(kubeconfig) if "server:" in ln)
+    sim = k8s.Sim(pathlib.Path(tmp), "v1beta1", a.tick_ms, namespace=NS)
+    kubeconfig = sim.kubeconfig
     vhost = new_vhost("bench")
     url = new_database("bench")
     db = url.rsplit("/", 1)[1].split("?")[0]
@@ -120,7 +110,7 @@ def main():
             time.sleep(0.5)
 
         def ours():
-            return http(server, "GET", "/_sim/requests").get("magnum-conductor", {})
+            return sim.get("/_sim/requests").get("magnum-conductor", {})
 
         def measure(u, op):
             before = ours()
@@ -153,9 +143,8 @@ def main():
             requests["resize_up_2_to_4"].append(r)
             rpc_ms["resize_up_2_to_4"].append(rpc_t)
             stack = objects.Cluster.get_by_uuid(ctx, u).stack_id
-            machines = http(server, "GET", f"/apis/cluster.x-k8s.io/v1beta1/namespaces/{NS}/machines"
-                            f"?labelSelector=magnum.openstack.org/nodegroup=default-worker,"
-                            f"cluster.x-k8s.io/cluster-name={stack}")["items"]
+            machines = sim.items("cluster.x-k8s.io/v1beta1", "machines",
+                                 f"magnum.openstack.org/nodegroup=default-worker,cluster.x-k8s.io/cluster-name={stack}")
             named = [m["metadata"]["name"] for m in machines[:2]]
             c = objects.Cluster.get_by_uuid(ctx, u)
             w = c.default_ng_worker
@@ -172,7 +161,7 @@ def main():
         def mean_requests(rs):
             keys = sorted({k for r in rs for k in r})
             return {k: round(sum(r.get(k, 0) for r in rs) / len(rs), 1) for k in keys}
-        summary = dict(clusters=a.clusters, tick_ms=a.tick_ms,
+        summary = dict(clusters=a.clusters, tick_ms=a.tick_ms, apiserver="kube-apiserver v1.28.7 (../shared/k8s)",
                        to_update_complete_ms={k: quantiles(v) for k, v in results.items()},
                        rpc_return_ms={k: quantiles(v) for k, v in rpc_ms.items()},
                        apiserver_requests_per_operation={k: mean_requests(v) for k, v in requests.items()})
@@ -180,7 +169,7 @@ def main():
     finally:
         conn.close()
         conductor.stop()
-        sim.terminate()
+        sim.stop()
         rabbitmqctl("delete_vhost", vhost)
 
 

@@ -1,14 +1,17 @@
-"""Status at scale: N clusters on the simulator, then (controllers paused)
-how fast a CAPI status change reaches the Magnum row, and how many requests
-the conductor sends to the management cluster in steady state.
+"""Status at scale: N clusters on a real kube-apiserver (../shared/k8s, CAPI
+v1beta1 line, the CAPI controllers simulated by capi-sim), then (controllers
+paused) how fast a CAPI status change reaches the Magnum row, and how many
+requests the conductor sends to the management cluster in steady state
+(counted by capi-sim's proxy, which the conductor talks through).
 
-    python bench_status.py --conductor BIN --sim BIN --crds DIR [--clusters 1000] [--samples 200]
+    python bench_status.py --conductor BIN [--sim BIN] [--clusters 1000] [--samples 200]
         [--total 10000] [--churn-per-second 20] [--sample-interval 0.1] [--restart-samples 100]
 
 `--clusters` are created through Magnum's client (the whole create path).
 With `--total` above that, the fleet is then grown to `--total` by copying
-one created cluster: its CAPI objects in the simulator (`POST /_sim/clone`,
-status included) and its rows in the database, under new names and uuids;
+one created cluster: its CAPI objects created again through the apiserver
+(`POST /_sim/clone`, status included) and its rows in the database, under
+new names and uuids;
 the conductor is restarted on the grown fleet (restart time: until ready,
 and until status changes made while it was down are in the rows), then
 measured at rest and under a background churn of status changes.
@@ -18,14 +21,13 @@ Run by scripts/bench-status.sh. Prints a JSON summary on the last line.
 import argparse
 import json
 import os
+import pathlib
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,16 +35,10 @@ sys.path.insert(0, HERE)
 import pymysql  # noqa: E402
 import conftest  # noqa: E402
 from conftest import Conductor, free_port, mysql_admin, new_database, new_vhost, rabbitmqctl, write_conf  # noqa: E402
+import k8s  # noqa: E402
 
 PROJECT = "9d3c1b2a4e5f46a7b8c9d0e1f2a3b4c5"
 NS = "magnum-" + PROJECT
-
-
-def http(server, method, path, body=None, ctype="application/json"):
-    req = urllib.request.Request(server + path, method=method, data=json.dumps(body).encode() if body else None,
-                                 headers={"Content-Type": ctype, "User-Agent": "bench/1"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return json.loads(r.read())
 
 
 def db_name(url):
@@ -53,20 +49,30 @@ def rss_mib(pid):
     return round(int(open(f"/proc/{pid}/status").read().split("VmRSS:")[1].split()[0]) / 1024, 1)
 
 
+def control_plane_rss(sim):
+    """The management cluster's own memory, apart from the conductor's."""
+    env = sim.cp.env()
+    out = {name: rss_mib(int(env[key])) for name, key in
+           (("kube_apiserver", "APISERVER_PID"), ("etcd", "ETCD_PID"), ("kube_controller_manager", "KCM_PID"))
+           if key in env}
+    out["capi_sim"] = rss_mib(sim.proc.pid)
+    return out
+
+
 def cluster_path(stack_id):
     return f"/apis/cluster.x-k8s.io/v1beta1/namespaces/{NS}/clusters/{stack_id}"
 
 
-def set_ready(server, stack_id, ready):
+def set_ready(sim, stack_id, ready):
     """Set a CAPI Cluster's Ready condition (what CAPI does when it changes)."""
     path = cluster_path(stack_id)
-    conds = http(server, "GET", path)["status"]["conditions"]
+    conds = sim.kube.get(path)["status"]["conditions"]
     def flip(c):
         if ready:
             return {**{k: v for k, v in c.items() if k not in ("reason", "severity", "message")}, "status": "True"}
         return dict(c, status="False", reason="Bench", severity="Warning", message="bench")
     conds = [flip(c) if c["type"] == "Ready" else c for c in conds]
-    http(server, "PATCH", path + "/status", {"status": {"conditions": conds}}, "application/merge-patch+json")
+    sim.kube.request("PATCH", path + "/status", {"status": {"conditions": conds}}, "application/merge-patch+json")
 
 
 def wait_health(db, uuids, want, timeout):
@@ -126,8 +132,8 @@ class CallProbe:
 class Churn:
     """Background status changes: flips the Ready condition of random clusters."""
 
-    def __init__(self, server, stack_ids, per_second):
-        self.server, self.stack_ids, self.per_second = server, stack_ids, per_second
+    def __init__(self, sim, stack_ids, per_second):
+        self.sim, self.stack_ids, self.per_second = sim, stack_ids, per_second
         self.done, self.stopping, self.thread = 0, False, None
 
     def start(self):
@@ -141,14 +147,14 @@ class Churn:
         while not self.stopping:
             s = random.choice(self.stack_ids)
             state[s] = not state.get(s, True)
-            set_ready(self.server, s, state[s])
+            set_ready(self.sim, s, state[s])
             self.done += 1
             delay = t0 + self.done / self.per_second - time.time()
             if delay > 0:
                 time.sleep(delay)
         for s, ready in state.items():
             if not ready:
-                set_ready(self.server, s, True)
+                set_ready(self.sim, s, True)
 
     def stop(self):
         self.stopping = True
@@ -156,8 +162,8 @@ class Churn:
             self.thread.join()
 
 
-def grow(server, url, n):
-    """Copy one CREATE_COMPLETE cluster n times (simulator objects and rows)."""
+def grow(sim, url, n):
+    """Copy one CREATE_COMPLETE cluster n times (CAPI objects and rows)."""
     db = db_name(url)
     with mysql_admin() as conn:
         conn.autocommit(False)
@@ -167,11 +173,15 @@ def grow(server, url, n):
             cur.execute(f"SELECT * FROM `{db}`.nodegroup WHERE cluster_id=%s", (seed["uuid"],))
             seed_ngs = cur.fetchall()
         copies = [(f"s{i:05d}", str(uuid.uuid4())) for i in range(n)]
-        for i in range(0, n, 500):
-            chunk = copies[i:i + 500]
-            r = http(server, "POST", "/_sim/clone", {"namespace": NS, "cluster": seed["stack_id"],
-                                                      "uuid": seed["uuid"], "copies": chunk})
+        t0 = time.time()
+        for i in range(0, n, 100):
+            chunk = copies[i:i + 100]
+            r = sim.post("/_sim/clone", {"namespace": NS, "cluster": seed["stack_id"], "uuid": seed["uuid"],
+                                         "copies": chunk, "parallel": 16})
             assert r["objects"] > 0, r
+            if (i // 100) % 10 == 9:
+                print(f"bench-status: {i + len(chunk)} of {n} copies in {round(time.time() - t0)} s",
+                      file=sys.stderr, flush=True)
 
         def row(src, copy, **over):
             """A copy of a row: the seed's stack id replaced by the copy's
@@ -204,8 +214,7 @@ def grow(server, url, n):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--conductor", required=True)
-    ap.add_argument("--sim", required=True)
-    ap.add_argument("--crds", required=True)
+    ap.add_argument("--sim", default=k8s.SIM_BIN)
     ap.add_argument("--clusters", type=int, default=1000)
     ap.add_argument("--samples", type=int, default=200)
     ap.add_argument("--steady-seconds", type=int, default=60)
@@ -224,14 +233,10 @@ def main():
     os.environ["MAGNUM_CONDUCTOR_BIN"] = a.conductor
     # conftest read the variable when it was imported: point it here too.
     conftest.CONDUCTOR_BIN = a.conductor
+    k8s.SIM_BIN = a.sim
     tmp = tempfile.mkdtemp(prefix="bench-status-")
-    kubeconfig = os.path.join(tmp, "sim.kubeconfig")
-    sim = subprocess.Popen([a.sim, "--line", "v1beta1", "--crds", a.crds, "--listen", "127.0.0.1:0",
-                            "--kubeconfig", kubeconfig, "--tick-ms", "200"],
-                           stdout=open(os.path.join(tmp, "sim.log"), "w"), stderr=subprocess.STDOUT)
-    while not os.path.exists(kubeconfig) or os.path.getsize(kubeconfig) == 0:
-        time.sleep(0.1)
-    server = next(ln.split("server:")[1].strip() for ln in open(kubeconfig) if "server:" in ln)
+    sim = k8s.Sim(pathlib.Path(tmp), "v1beta1", 200, namespace=NS)
+    kubeconfig = sim.kubeconfig
     vhost = new_vhost("bench")
     url = new_database("bench")
     conf = os.path.join(tmp, "conductor.conf")
@@ -295,10 +300,10 @@ def main():
         rss_created = rss_mib(conductor.proc.pid)
         grown = {}
         if a.total > a.clusters:
-            http(server, "POST", "/_sim/controllers/pause")
+            sim.post("/_sim/controllers/pause")
             conductor.stop()
             t1 = time.time()
-            grow(server, url, a.total - a.clusters)
+            grow(sim, url, a.total - a.clusters)
             grown["copy_seconds"] = round(time.time() - t1, 1)
             # Changed while no conductor runs: the restart must catch up.
             with mysql_admin() as conn, conn.cursor() as cur:
@@ -306,7 +311,7 @@ def main():
                 rows = cur.fetchall()
             changed = random.sample(rows, min(a.restart_samples, len(rows)))
             for (_, stack_id) in changed:
-                set_ready(server, stack_id, False)
+                set_ready(sim, stack_id, False)
             t2 = time.time()
             conductor = Conductor(conf, port, os.path.join(tmp, "conductor.log"), wait=False)
             conductor.wait_ready(timeout=600)
@@ -318,15 +323,15 @@ def main():
             grown["restart_full_pass_done_seconds"] = round(time.time() - t2, 2)
             grown["full_pass_seconds"] = round(conductor.metric("magnum_conductor_status_full_pass_seconds"), 2)
             for (_, stack_id) in changed:
-                set_ready(server, stack_id, True)
+                set_ready(sim, stack_id, True)
             wait_health(db, [u for (u, _) in changed], "HEALTHY", timeout=600)
 
         # Steady state: controllers paused, nothing changes; count requests.
-        http(server, "POST", "/_sim/controllers/pause")
+        sim.post("/_sim/controllers/pause")
         time.sleep(5)
-        before = http(server, "GET", "/_sim/requests")
+        before = sim.get("/_sim/requests")
         time.sleep(a.steady_seconds)
-        after = http(server, "GET", "/_sim/requests")
+        after = sim.get("/_sim/requests")
         ours = lambda d: d.get("magnum-conductor", {})  # noqa: E731
         b, f = ours(before), ours(after)
         per_min = {k: round((f.get(k, 0) - b.get(k, 0)) * 60 / a.steady_seconds, 1) for k in f}
@@ -340,12 +345,12 @@ def main():
         conn.autocommit(True)
         cur = conn.cursor()
         sampled = random.sample(rows, min(a.samples, len(rows)))
-        churn = Churn(server, [r[1] for r in rows if r not in sampled], a.churn_per_second)
+        churn = Churn(sim, [r[1] for r in rows if r not in sampled], a.churn_per_second)
         churn.start()
         for (cuuid, stack_id) in sampled:
             for ready, want in ((False, "UNHEALTHY"), (True, "HEALTHY")):
                 start = time.perf_counter()
-                set_ready(server, stack_id, ready)
+                set_ready(sim, stack_id, ready)
                 while True:
                     cur.execute(f"SELECT health_status FROM `{db}`.cluster WHERE uuid=%s", (cuuid,))
                     if cur.fetchone()[0] == want:
@@ -365,6 +370,8 @@ def main():
                        latency_ms=dict(samples=len(lat), p50=round(q[49], 1), p99=round(q[98], 1),
                                        max=round(lat[-1], 1)),
                        conductor_rss_mib=rss_mib(conductor.proc.pid), conductor_rss_mib_after_create=rss_created,
+                       management_cluster_rss_mib=control_plane_rss(sim),
+                       apiserver="kube-apiserver v1.28.7 (../shared/k8s)",
                        churn_changes=churn.done, churn_per_second=a.churn_per_second, **grown)
         summary["rss_kib_per_cluster"] = round(summary["conductor_rss_mib"] * 1024 / max(a.total, a.clusters), 1)
         summary["cache"] = {kind: {k: int(conductor.metric(f"magnum_conductor_status_cache_{k}", kind=kind))
@@ -374,7 +381,7 @@ def main():
         print(json.dumps(summary))
     finally:
         conductor.stop()
-        sim.terminate()
+        sim.stop()
         rabbitmqctl("delete_vhost", vhost)
 
 

@@ -3,7 +3,8 @@ benchmarks are commands, see docs/benchmarks.md; this keeps them from
 rotting between measurements).
 
 Debug builds, as the rest of the suite: the scripts in scripts/ run the
-same Python drivers on release builds.
+same Python drivers on release builds. The management cluster is a real
+kube-apiserver (../shared/k8s) in both.
 """
 import json
 import os
@@ -11,7 +12,7 @@ import subprocess
 import sys
 
 from conftest import CONDUCTOR_BIN, ROOT
-from test_lifecycle import CRDS, SIM_BIN
+from k8s import SIM_BIN
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOAD_BIN = os.path.join(os.path.dirname(CONDUCTOR_BIN), "mc-rpc-load")
@@ -30,7 +31,7 @@ def last_json(out):
 
 
 def test_status_benchmark_runs_and_grows_the_fleet():
-    out = run("bench_status.py", "--conductor", CONDUCTOR_BIN, "--sim", SIM_BIN, "--crds", CRDS, "--clusters", 2,
+    out = run("bench_status.py", "--conductor", CONDUCTOR_BIN, "--sim", SIM_BIN, "--clusters", 2,
               "--total", 6, "--samples", 2, "--steady-seconds", 1, "--churn-per-second", 5,
               "--restart-samples", 2)
     s = last_json(out)
@@ -51,6 +52,6 @@ def test_rpc_load_benchmark_runs_against_all_targets():
 
 
 def test_day2_benchmark_runs():
-    out = run("bench_day2.py", "--conductor", CONDUCTOR_BIN, "--sim", SIM_BIN, "--crds", CRDS, "--clusters", 1)
+    out = run("bench_day2.py", "--conductor", CONDUCTOR_BIN, "--sim", SIM_BIN, "--clusters", 1)
     s = last_json(out)
     assert s["clusters"] == 1 and s["to_update_complete_ms"], s

@@ -1,14 +1,19 @@
 """`magnum-conductor check`: the preflight an operator (or the deploy role's
 gate) runs before cutting over. One line per check; a failure names the
 problem, says how to fix it, exits non-zero, and prints no secret."""
+import os
 import re
 import subprocess
+import time
 
 import pymysql
 import pytest
 
 from conftest import CONDUCTOR_BIN
+from k8s import SHARED_K8S
 from test_lifecycle import Env
+
+SHARED = os.path.dirname(SHARED_K8S)
 
 
 @pytest.fixture(scope="module")
@@ -70,15 +75,24 @@ def test_wrong_broker_password(env):
 
 
 def test_missing_crds(env):
-    # The Helm addon provider is not installed: its group is not served.
-    env.sim.post("/_sim/faults", {"method": "GET", "path": "/apis/addons.cluster.x-k8s.io/v1alpha1",
-                                  "client": "magnum-conductor", "times": 1,
-                                  "action": {"kind": "error", "code": 404}})
-    rc, lines, out = check(env.conf)
-    assert rc == 1
-    assert lines["management"][0] == "FAIL", out
-    assert "helmchartproxies.addons.cluster.x-k8s.io/v1alpha1" in lines["management"][1], out
-    assert "install or upgrade the Cluster API Helm addon provider" in out
+    """The Helm addon provider is not installed (its CRDs deleted from the
+    real apiserver): its group is not served; put back afterwards."""
+    crds = ("helmchartproxies.addons.cluster.x-k8s.io", "helmreleaseproxies.addons.cluster.x-k8s.io")
+    env.sim.cp.kubectl("delete", "crd", *crds)
+    try:
+        deadline = time.time() + 30
+        while "addons.cluster.x-k8s.io/v1alpha1" in env.sim.cp.kubectl("api-versions"):
+            assert time.time() < deadline, "the CRDs did not go"
+            time.sleep(0.5)
+        rc, lines, out = check(env.conf)
+        assert rc == 1
+        assert lines["management"][0] == "FAIL", out
+        assert "helmchartproxies.addons.cluster.x-k8s.io/v1alpha1" in lines["management"][1], out
+        assert "install or upgrade the Cluster API Helm addon provider" in out
+    finally:
+        env.sim.cp.kubectl("apply", "--server-side", "-f",
+                           os.path.join(SHARED, "crds", "cluster-api-addon-provider-helm-v0.4.2"))
+        env.sim.cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", *crds)
 
 
 def test_unreachable_apiserver(env):

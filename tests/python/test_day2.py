@@ -284,7 +284,10 @@ def test_upgrade(env):
     with paused(env):
         r = env.client("upgrade", uuid, t131, "2")
         assert "error" not in r, r
-        got = env.client("get", uuid)
+        # The status worker sees the new KubeadmControlPlane spec not yet
+        # observed by CAPI (its controllers are paused) and says so.
+        got, _ = env.wait(uuid, lambda g: g["cluster"]["status_reason"] ==
+                          "control plane: waiting for CAPI to observe the change", timeout=30)
         c = got["cluster"]
         assert (c["cluster_template_id"], c["labels"]["kube_tag"], c["status"]) == \
             (t131, "v1.31.2", "UPDATE_IN_PROGRESS")

@@ -114,6 +114,29 @@ pub const AUTOSCALER_MIN: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-g
 pub const AUTOSCALER_MAX: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size";
 const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
 
+/// The ownerReferences an object of `kind` carries to its CAPI Cluster, as
+/// CAPI itself sets them, given the plain reference `owner` ({apiVersion,
+/// kind, name, uid}). An ownerReference is atomic for server-side apply:
+/// if CAPI's controllers patched it to another value, our next apply of
+/// ours would be a 409 conflict with their field manager. CAPI 1.10 makes
+/// the Cluster the *controller* of its infrastructure and control plane
+/// (`internal/controllers/cluster/cluster_controller_phases.go`
+/// `ensureOwnerRefAndLabel`: `controllerutil.SetControllerReference`, with
+/// `blockOwnerDeletion`); CAPI 1.14 gives clusters without a topology a
+/// plain reference there (`core/reconcilers/cluster/...phases.go`:
+/// `SetOwnerReference`). Everything else CAPI owns through plain
+/// references (`util.EnsureOwnerRef` in the MachineDeployment,
+/// MachineHealthCheck and template reconcilers), as `owner` is.
+pub fn cluster_owner_refs(line: CapiLine, kind: &str, owner: &Value) -> Value {
+    let controlled = matches!(kind, "OpenStackCluster" | "KubeadmControlPlane");
+    let mut r = owner.clone();
+    if controlled && line == CapiLine::V1beta1 {
+        r["controller"] = json!(true);
+        r["blockOwnerDeletion"] = json!(true);
+    }
+    json!([r])
+}
+
 /// FNV-1a over the canonical JSON: stable across builds and Rust versions
 /// (template names must not change when the conductor is upgraded).
 pub fn spec_hash(v: &Value) -> String {
@@ -484,4 +507,30 @@ fn mhc(c: &ClusterInput, name: &str, selector: Value) -> Value {
                    {"type": "Ready", "status": "False", "timeout": "300s"}]})
     };
     json!({"apiVersion": c.capi(), "kind": "MachineHealthCheck", "metadata": c.meta(name, &[]), "spec": spec})
+}
+
+#[cfg(test)]
+mod owner_tests {
+    use super::*;
+
+    #[test]
+    fn owner_references_are_what_capi_sets() {
+        let plain = json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster", "name": "k", "uid": "u"});
+        let v1 = cluster_owner_refs(CapiLine::V1beta1, "KubeadmControlPlane", &plain);
+        assert_eq!(v1[0]["controller"], true);
+        assert_eq!(v1[0]["blockOwnerDeletion"], true);
+        assert_eq!(
+            cluster_owner_refs(CapiLine::V1beta1, "OpenStackCluster", &plain)[0]["controller"],
+            true
+        );
+        for kind in ["MachineDeployment", "OpenStackMachineTemplate", "Secret", "HelmChartProxy"] {
+            assert_eq!(cluster_owner_refs(CapiLine::V1beta1, kind, &plain), json!([plain]), "{kind}");
+        }
+        let plain2 = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "k", "uid": "u"});
+        assert_eq!(
+            cluster_owner_refs(CapiLine::V1beta2, "KubeadmControlPlane", &plain2),
+            json!([plain2]),
+            "CAPI 1.14 without a topology: a plain reference"
+        );
+    }
 }

@@ -4,18 +4,21 @@
 //! (CAPI cascades to its control plane, workers and infrastructure; every
 //! other object we applied is owned by it). The status worker says what the
 //! deletion waits for, and once the Cluster is gone [`Engine::finish_delete`]
-//! removes the credentials, our Secrets, all four keypairs (Magnum leaks
-//! two), the nodegroup rows and the cluster row.
+//! removes the credentials, every other object we applied (our uuid label:
+//! Kubernetes' garbage collector would collect those the Cluster owns, but
+//! in its own time, and the Secrets it does not own), all four keypairs
+//! (Magnum leaks two), the nodegroup rows and the cluster row.
 
 use common::db::model::{CLUSTER, NODEGROUP, X509KEYPAIR};
 use common::db::repo::{self, Scope};
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{DeleteParams, ListParams};
 use rpc_schema::Outcome;
 use rpc_schema::context::RequestContext;
 use rpc_schema::ovo::MagnumObject;
 use serde_json::{Value, json};
 
 use super::engine::{Engine, capi_apiversion, destroy_if_present, dynamic_api};
+use crate::capi::render::CapiLine;
 use super::runner::{OnFailure, Op, Run, StepError};
 use crate::capi::render::UUID_LABEL;
 use crate::handlers::DurableSignal;
@@ -119,22 +122,28 @@ impl Engine {
             // Magnum's capi-helm puts this in status_reason and completes.
             tracing::warn!(cluster = %uuid, error = %e, "application credential not deleted");
         }
-        // Our Secrets (the CA pairs and clouds.yaml); CAPI's own are owned
-        // by the Cluster and already collected.
-        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
-            Api::namespaced(self.0.client.clone(), &ns);
+        // Everything else we applied for it: gone before the rows are, so a
+        // deleted cluster leaves nothing behind, whenever the garbage
+        // collector gets to what the Cluster owned.
         let lp = ListParams::default().labels(&format!("{UUID_LABEL}={uuid}"));
-        let listed =
-            crate::mgmt::with_retries("list secrets", || secrets.list_metadata(&lp)).await?;
-        let dp = DeleteParams::default();
-        for s in listed.items {
-            let Some(name) = s.metadata.name else {
-                continue;
-            };
-            match crate::mgmt::with_retries("delete secret", || secrets.delete(&name, &dp)).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
+        let dp = DeleteParams::background();
+        for (av, kind, plural) in labelled_kinds(self.0.line) {
+            let api = dynamic_api(&self.0.client, &ns, av, kind, plural);
+            let listed = match crate::mgmt::with_retries("list", || api.list_metadata(&lp)).await {
+                Ok(l) => l,
+                // The kind is not served here (no autoscaler objects ever made).
+                Err(kube::Error::Api(s)) if s.code == 404 => continue,
                 Err(e) => return Err(e.into()),
+            };
+            for o in listed.items {
+                let Some(name) = o.metadata.name else {
+                    continue;
+                };
+                match crate::mgmt::with_retries("delete", || api.delete(&name, &dp)).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
             }
         }
         let (_, changed) = self
@@ -176,4 +185,39 @@ impl Engine {
         tracing::info!(cluster = %uuid, "cluster deleted");
         Ok(())
     }
+}
+
+/// The kinds the conductor applies for a cluster besides its CAPI Cluster
+/// and what CAPI deletes with it (control plane, MachineDeployments,
+/// infrastructure): (apiVersion, kind, plural), all carrying our uuid label.
+fn labelled_kinds(line: CapiLine) -> [(&'static str, &'static str, &'static str); 9] {
+    let (capi, bootstrap) = match line {
+        CapiLine::V1beta1 => (
+            "cluster.x-k8s.io/v1beta1",
+            "bootstrap.cluster.x-k8s.io/v1beta1",
+        ),
+        CapiLine::V1beta2 => (
+            "cluster.x-k8s.io/v1beta2",
+            "bootstrap.cluster.x-k8s.io/v1beta2",
+        ),
+    };
+    [
+        ("v1", "Secret", "secrets"),
+        (
+            "addons.cluster.x-k8s.io/v1alpha1",
+            "HelmChartProxy",
+            "helmchartproxies",
+        ),
+        (capi, "MachineHealthCheck", "machinehealthchecks"),
+        (
+            "infrastructure.cluster.x-k8s.io/v1beta1",
+            "OpenStackMachineTemplate",
+            "openstackmachinetemplates",
+        ),
+        (bootstrap, "KubeadmConfigTemplate", "kubeadmconfigtemplates"),
+        ("apps/v1", "Deployment", "deployments"),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
+        ("rbac.authorization.k8s.io/v1", "Role", "roles"),
+        ("v1", "ServiceAccount", "serviceaccounts"),
+    ]
 }

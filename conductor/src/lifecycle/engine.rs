@@ -416,7 +416,12 @@ impl Engine {
             None => self.cluster_owner(input).await?,
         };
         for mut o in rest {
-            o["metadata"]["ownerReferences"] = owner.clone();
+            let plain = owner.get(0).cloned().unwrap_or(Value::Null);
+            o["metadata"]["ownerReferences"] = crate::capi::render::cluster_owner_refs(
+                self.0.line,
+                o["kind"].as_str().unwrap_or(""),
+                &plain,
+            );
             self.apply_object(&o).await?;
         }
         Ok(Some(owner))

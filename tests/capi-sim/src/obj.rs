@@ -59,6 +59,13 @@ pub fn owner_ref(o: &Value, controller: bool) -> Value {
            "controller": controller, "blockOwnerDeletion": true})
 }
 
+/// A plain owner reference to `o` (controller-runtime's
+/// `controllerutil.SetOwnerReference`: no controller flag, no
+/// blockOwnerDeletion).
+pub fn plain_owner_ref(o: &Value) -> Value {
+    json!({"apiVersion": o["apiVersion"], "kind": o["kind"], "name": name(o), "uid": meta(o, "uid")})
+}
+
 pub fn owner_refs(o: &Value) -> Vec<Value> {
     o.pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)

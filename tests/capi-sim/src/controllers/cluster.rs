@@ -1,11 +1,13 @@
 //! Cluster, as CAPI's cluster controller reconciles it (cluster-api v1.10
 //! `internal/controllers/cluster`):
 //!
-//! - its infrastructure and control plane get the Cluster as controller
-//!   owner and the cluster-name label (`cluster_controller_phases.go`
-//!   `reconcileExternal` / `ensureOwnerRefAndLabel`:
-//!   `controllerutil.SetControllerReference`, which replaces a plain
-//!   reference to the same Cluster, such as the one the conductor applies);
+//! - its infrastructure and control plane get the Cluster as owner and the
+//!   cluster-name label (`cluster_controller_phases.go` `reconcileExternal` /
+//!   `ensureOwnerRefAndLabel`): CAPI 1.10 as their controller
+//!   (`controllerutil.SetControllerReference`, replacing a plain reference
+//!   to the same Cluster), CAPI 1.14 for a Cluster without a topology as a
+//!   plain owner (`controllerutil.SetOwnerReference`;
+//!   `core/reconcilers/cluster/cluster_controller_phases.go`);
 //! - `spec.controlPlaneEndpoint` is copied from the infrastructure once it
 //!   is ready (`reconcileInfrastructure`); a failure of the infrastructure
 //!   becomes the Cluster's `failureMessage`, worded as `reconcileExternal`
@@ -25,7 +27,7 @@ use super::Ctx;
 use crate::kinds::Kind;
 use crate::obj::{
     CLUSTER_LABEL, CP_LABEL, deleting, ensure_owner_ref, has_exact_owner_ref,
-    keep_transition_times, label, meta, name, namespace, owned_by, owner_ref, owner_refs,
+    keep_transition_times, label, meta, name, namespace, owned_by, owner_ref, owner_refs, plain_owner_ref,
 };
 
 const FINALIZER: &str = "cluster.cluster.x-k8s.io";
@@ -87,7 +89,11 @@ pub fn reconcile(c: &mut Ctx<'_>, cur: Value) {
         (&kcp, Kind::KubeadmControlPlane),
     ] {
         let Some(o) = obj else { continue };
-        let desired = owner_ref(&cur, true);
+        let desired = if c.v2 {
+            plain_owner_ref(&cur)
+        } else {
+            owner_ref(&cur, true)
+        };
         let mut refs = owner_refs(o);
         if has_exact_owner_ref(&refs, &desired) && label(o, CLUSTER_LABEL) == Some(n.as_str()) {
             continue;

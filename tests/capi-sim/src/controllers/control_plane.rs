@@ -11,7 +11,8 @@
 //! then any; the oldest of those). The machine template is owned by the
 //! Cluster (`helpers.go` `reconcileExternalReference`). Status: replicas,
 //! ready/available, up-to-date, `initialized`, and `version` = the lowest
-//! version a machine runs (`status.go`: `controlPlane.Machines.LowestVersion()`).
+//! version a machine runs, a machine being deleted included (`status.go`:
+//! `controlPlane.Machines.LowestVersion()`).
 //! Deletion deletes the machines, then drops the finalizer.
 
 use serde_json::{Value, json};
@@ -119,7 +120,9 @@ pub fn reconcile(c: &mut Ctx<'_>, cur: Value) {
         || cur.pointer("/status/initialization/controlPlaneInitialized") == Some(&json!(true));
     let mut st = json!({"replicas": live.len(), "readyReplicas": ready, "observedGeneration": cur["metadata"]["generation"],
                         "selector": format!("{CLUSTER_LABEL}={cluster},{CP_LABEL}")});
-    if let Some(v) = live
+    // Over every owned machine, those being deleted too (`controller.go`:
+    // `ownedMachines` are not filtered by deletion).
+    if let Some(v) = machines
         .iter()
         .filter_map(|m| m.pointer("/spec/version").and_then(Value::as_str))
         .min_by_key(|v| version_key(v))

@@ -1,0 +1,308 @@
+"""Real Kubernetes control planes for the Python tests (`../shared/k8s`:
+kube-apiserver + kube-controller-manager v1.28.7, etcd, the CRDs of one CAPI
+line), and the simulated CAPI controllers (`capi-sim`) running against one.
+
+- `control_plane(line)`: a fresh control plane for a test module (or test).
+  One per line is kept warm in the background, so a module seldom waits the
+  ~15 s a start takes. Stopped by `ControlPlane.stop()` and at exit.
+- `Kube`: the apiserver as the tests read and write it (admin client
+  certificate), and `ControlPlane.restart_apiserver()`: the real way to cut
+  every watch and make resumed ones answer 410 Gone.
+- `Sim`: capi-sim (controllers, CAPI's webhooks, the fault-injecting proxy
+  the conductor talks through) on a control plane; Kubernetes paths go to
+  the real apiserver, `/_sim/...` to capi-sim's control endpoint.
+"""
+import atexit
+import json
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SHARED_K8S = os.environ.get("SHARED_K8S", os.path.join(ROOT, "..", "shared", "k8s"))
+_WORK = tempfile.mkdtemp(prefix="mc-k8s-")
+_all = []
+
+
+class ControlPlane:
+    def __init__(self, line):
+        self.line = line
+        self.dir = tempfile.mkdtemp(prefix=f"{line}-", dir=_WORK)
+        _all.append(self)
+        p = subprocess.run([os.path.join(SHARED_K8S, "up.sh"), self.dir, "--crds", line],
+                           capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        if p.returncode != 0:
+            raise RuntimeError(f"up.sh {line} failed: {p.stdout[-2000:]}{p.stderr[-2000:]}")
+        self.kubeconfig = os.path.join(self.dir, "kubeconfig")
+        self.kube = Kube(self)
+
+    def env(self):
+        with open(os.path.join(self.dir, "env")) as f:
+            return dict(ln.strip().split("=", 1) for ln in f if "=" in ln)
+
+    @property
+    def server(self):
+        return f"https://127.0.0.1:{self.env()['APISERVER_PORT']}"
+
+    def ssl_context(self):
+        pki = os.path.join(self.dir, "pki")
+        ctx = ssl.create_default_context(cafile=os.path.join(pki, "ca.crt"))
+        ctx.load_cert_chain(os.path.join(pki, "admin.crt"), os.path.join(pki, "admin.key"))
+        return ctx
+
+    def ready(self):
+        try:
+            with urllib.request.urlopen(self.server + "/readyz", timeout=2, context=self.ssl_context()) as r:
+                return r.status == 200
+        except Exception:
+            return False
+
+    def kubectl(self, *args, check=True):
+        p = subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig, *args], capture_output=True, text=True,
+                           timeout=180)
+        if check:
+            assert p.returncode == 0, f"kubectl {' '.join(args)}: {p.stderr[-2000:]}"
+        return p.stdout
+
+    def stop_apiserver(self):
+        """Stop kube-apiserver (etcd and the controller manager stay);
+        returns its command line for `start_apiserver`."""
+        pid = int(self.env()["APISERVER_PID"])
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode() for a in f.read().split(b"\0") if a]
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.time() + 10
+        while os.path.exists(f"/proc/{pid}") and time.time() < deadline:
+            time.sleep(0.05)
+        if os.path.exists(f"/proc/{pid}"):
+            os.kill(pid, signal.SIGKILL)
+        return argv
+
+    def start_apiserver(self, argv, timeout=60):
+        log = open(os.path.join(self.dir, "kube-apiserver.log"), "a")
+        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             start_new_session=True)
+        path = os.path.join(self.dir, "env")
+        with open(path) as f:
+            lines = [f"APISERVER_PID={p.pid}\n" if ln.startswith("APISERVER_PID=") else ln for ln in f]
+        with open(path, "w") as f:
+            f.writelines(lines)
+        deadline = time.time() + timeout
+        while not self.ready():
+            assert time.time() < deadline, f"kube-apiserver did not come back; see {self.dir}"
+            time.sleep(0.2)
+
+    def restart_apiserver(self):
+        """Every watch ends; the new apiserver's watch cache starts at the
+        current revision, so a watch resumed from an older one gets 410 Gone."""
+        self.start_apiserver(self.stop_apiserver())
+
+    def stop(self):
+        if self in _all:
+            _all.remove(self)
+        subprocess.run([os.path.join(SHARED_K8S, "down.sh"), self.dir], capture_output=True, timeout=60)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class _Pool:
+    """One spare control plane per line, started in the background."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.spares = {}
+
+    def _start(self, line):
+        box = {}
+
+        def run():
+            try:
+                box["cp"] = ControlPlane(line)
+            except Exception as e:  # handed to whoever takes it
+                box["error"] = e
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        return t, box
+
+    def take(self, line):
+        with self.lock:
+            spare = self.spares.pop(line, None)
+            if spare is None:
+                spare = self._start(line)
+            t, box = spare
+        t.join()
+        with self.lock:
+            if os.environ.get("MC_K8S_PREWARM", "1") == "1":
+                self.spares[line] = self._start(line)
+        if "error" in box:
+            raise box["error"]
+        return box["cp"]
+
+    def stop(self):
+        with self.lock:
+            spares, self.spares = list(self.spares.values()), {}
+        for t, box in spares:
+            t.join()
+            if "cp" in box:
+                box["cp"].stop()
+
+
+_pool = _Pool()
+
+
+def control_plane(line):
+    """A fresh, ready control plane with `line`'s CRDs (the caller stops it)."""
+    return _pool.take(line)
+
+
+@atexit.register
+def _stop_all():
+    _pool.stop()
+    for cp in list(_all):
+        cp.stop()
+    shutil.rmtree(_WORK, ignore_errors=True)
+
+
+class Kube:
+    """The real apiserver, as an administrator (the tests' own reads and
+    writes, never through the conductor's proxy)."""
+
+    def __init__(self, cp):
+        self.cp = cp
+
+    def request(self, method, path, body=None, content_type="application/json"):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.cp.server + path, data=data, method=method,
+                                     headers={"Content-Type": content_type, "User-Agent": "mc-tests/1"})
+        try:
+            with urllib.request.urlopen(req, timeout=30, context=self.cp.ssl_context()) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            if e.code == 404 and method == "GET":
+                return None
+            raise AssertionError(f"{method} {path}: {e.code} {e.read()[:2000]!r}") from None
+
+    def get(self, path):
+        return self.request("GET", path)
+
+    def items(self, api, plural, selector="", ns=None):
+        base = "/api/v1" if api == "v1" else f"/apis/{api}"
+        q = f"?labelSelector={urllib.parse.quote(selector)}" if selector else ""
+        where = f"/namespaces/{ns}" if ns else ""
+        got = self.get(f"{base}{where}/{plural}{q}")
+        return got["items"] if got else []
+
+    def patch(self, api, plural, name, body, ns, subresource=""):
+        base = "/api/v1" if api == "v1" else f"/apis/{api}"
+        return self.request("PATCH", f"{base}/namespaces/{ns}/{plural}/{name}{subresource}", body,
+                            "application/merge-patch+json")
+
+    def create_namespace(self, name, annotations):
+        return self.request("POST", "/api/v1/namespaces",
+                            {"apiVersion": "v1", "kind": "Namespace",
+                             "metadata": {"name": name, "annotations": annotations}})
+
+
+SIM_BIN = os.environ.get("CAPI_SIM_BIN", os.path.join(
+    os.path.dirname(os.environ.get("MAGNUM_CONDUCTOR_BIN", os.path.join(ROOT, "target", "debug", "x"))), "capi-sim"))
+
+
+class Sim:
+    """capi-sim against a real control plane (its own, unless `cp` is
+    given): `kubeconfig` is the fault-injecting proxy's (what conductors
+    use), `cp.kubeconfig` the apiserver's own."""
+
+    def __init__(self, tmp, line, tick_ms=20, cp=None, namespace=None):
+        self.own_cp = cp is None
+        self.cp = cp or control_plane(line)
+        self.kube = self.cp.kube
+        self.namespace = namespace
+        self.kubeconfig = str(tmp / f"sim-{line}.kubeconfig")
+        ready = tmp / f"sim-{line}.url"
+        if ready.exists():
+            ready.unlink()
+        self.log = open(tmp / f"sim-{line}.log", "w")
+        self.proc = subprocess.Popen([SIM_BIN, "--kubeconfig", self.cp.kubeconfig, "--line", line,
+                                      "--tick-ms", str(tick_ms), "--proxy-kubeconfig", self.kubeconfig,
+                                      "--ready-file", str(ready)],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 120
+        while not ready.exists() or ready.stat().st_size == 0:
+            assert self.proc.poll() is None, f"capi-sim exited; see {self.log.name}"
+            assert time.time() < deadline, "capi-sim did not start"
+            time.sleep(0.1)
+        self.control = ready.read_text().strip()
+        with open(self.kubeconfig) as f:
+            self.server = next(ln.split("server:")[1].strip() for ln in f if "server:" in ln)
+        self.capi = "cluster.x-k8s.io/" + line
+
+    def _control(self, method, path, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.control + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=1800) as r:
+            return json.loads(r.read())
+
+    def get(self, path):
+        if path.startswith("/_sim/"):
+            return self._control("GET", path)
+        return self.kube.get(path)
+
+    def post(self, path, body=None):
+        if path.startswith("/_sim/"):
+            return self._control("POST", path, body or {})
+        return self.kube.request("POST", path, body or {})
+
+    def delete(self, path):
+        return self._control("DELETE", path)
+
+    def items(self, api, plural, selector="", ns=None):
+        return self.kube.items(api, plural, selector, ns or self.namespace)
+
+    def patch(self, api, plural, name, body, ns=None):
+        return self.kube.patch(api, plural, name, body, ns or self.namespace)
+
+    def patch_status(self, api, plural, name, body, ns=None):
+        return self.kube.patch(api, plural, name, body, ns or self.namespace, "/status")
+
+    def flip_ready(self, stack_id, ns=None):
+        """Set a CAPI Cluster's Ready (v1beta2: Available) condition False,
+        as CAPI does when the cluster degrades; returns the conditions
+        before, to put back with `set_conditions`. Pause the controllers
+        first, or the simulated one sets it back at its next pass."""
+        ns = ns or self.namespace
+        path = f"/apis/{self.capi}/namespaces/{ns}/clusters/{stack_id}"
+        conditions = self.get(path)["status"]["conditions"]
+        ready = "Available" if self.capi.endswith("v1beta2") else "Ready"
+        flipped = [dict(c, status="False", reason="Test", message="down",
+                        **({} if self.capi.endswith("v1beta2") else {"severity": "Warning"}))
+                   if c["type"] == ready else c for c in conditions]
+        self.set_conditions(stack_id, flipped, ns)
+        return conditions
+
+    def set_conditions(self, stack_id, conditions, ns=None):
+        self.patch_status(self.capi, "clusters", stack_id, {"status": {"conditions": conditions}}, ns)
+
+    def create_namespace(self, name, annotations):
+        return self.kube.create_namespace(name, annotations)
+
+    def controller_errors(self):
+        return self.get("/_sim/controller-errors")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.log.close()
+        if self.own_cp:
+            self.cp.stop()
