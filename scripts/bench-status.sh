@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Status at scale (release builds): N clusters created through Magnum 23.0.0's
-# client on the CAPI simulator, then with the simulated controllers paused:
+# client on a real kube-apiserver (../shared/k8s; CAPI's controllers simulated
+# by capi-sim), then with the simulated controllers paused:
 # kube requests per minute in steady state, and the delay from a CAPI status
 # change (a Cluster's Ready condition flipped) to the Magnum row (p50/p99).
 # Prints a JSON summary (see docs/benchmarks.md).
@@ -10,4 +11,4 @@ cd "$(dirname "$0")/.."
 eval "$(scripts/setup-env.sh | tail -n 1)"
 cargo build --release --quiet -p conductor -p capi-sim
 "$MAGNUM_VENV/bin/python" tests/python/bench_status.py --conductor "$PWD/target/release/magnum-conductor" \
-  --sim "$PWD/target/release/capi-sim" --crds ../shared/crds "$@"
+  --sim "$PWD/target/release/capi-sim" "$@"

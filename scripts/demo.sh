@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The conductor's main job, end to end on one machine: the CAPI simulator
-# (tests/capi-sim, real CRDs) as the management cluster, the local RabbitMQ
-# and a fresh MariaDB database with Magnum's schema. Magnum 23.0.0's own
-# client code then drives one cluster the way magnum-api does:
+# The conductor's main job, end to end on one machine: a real Kubernetes
+# control plane as the management cluster (../shared/k8s: kube-apiserver and
+# kube-controller-manager v1.28.7 with the CAPI/CAPO/CAAPH CRDs of one line),
+# CAPI's controllers simulated by tests/capi-sim against it, the local
+# RabbitMQ and a fresh MariaDB database with Magnum's schema. Magnum
+# 23.0.0's own client code then drives one cluster the way magnum-api does:
 #   template (Magnum's objects) -> cluster_create cast -> CREATE_COMPLETE
 #   -> `openstack coe cluster config` (get_ca_certificate + sign_certificate)
 #   -> cluster_resize cast (workers 2 -> 4, then 4 -> 3 naming a node)
+#   -> nodegroup_create cast (a second worker group) -> nodegroup_delete cast
 #   -> cluster_upgrade call to a v1.31 template (control plane, then workers)
 #   -> cluster_delete cast -> rows, keypairs and CAPI objects gone.
 # Options: --line v1beta1|v1beta2 (default v1beta1).
@@ -16,6 +19,7 @@ line=v1beta1
 eval "$(scripts/setup-env.sh | tail -n 1)"
 cargo build --quiet -p conductor -p capi-sim
 work=$(mktemp -d)
+shared_k8s="$(cd .. && pwd)/shared/k8s"
 vhost="demo-$$"
 rabbitmqctl -q add_vhost "$vhost"
 rabbitmqctl -q set_permissions -p "$vhost" guest '.*' '.*' '.*'
@@ -24,17 +28,24 @@ mysql -uroot -h127.0.0.1 -e "CREATE DATABASE \`$db\`"
 pid="" sim=""
 cleanup() {
   for p in $pid $sim; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  "$shared_k8s/down.sh" "$work/k8s" >/dev/null 2>&1 || true
   rabbitmqctl -q delete_vhost "$vhost" || true
   mysql -uroot -h127.0.0.1 -e "DROP DATABASE IF EXISTS \`$db\`" || true
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-target/debug/capi-sim --line "$line" --crds ../shared/crds --listen 127.0.0.1:0 \
-  --kubeconfig "$work/mgmt.kubeconfig" --tick-ms 200 > "$work/sim.log" 2>&1 &
+echo "--- management cluster: a real kube-apiserver with the $line CRDs (../shared/k8s/up.sh)"
+"$shared_k8s/up.sh" "$work/k8s" --crds "$line" > "$work/k8s-up.log" 2>&1 \
+  || { cat "$work/k8s-up.log"; exit 1; }
+kc=(kubectl --kubeconfig "$work/k8s/kubeconfig")
+echo "    $(grep server: "$work/k8s/kubeconfig" | awk '{print $2}'), $("${kc[@]}" get crd -o name | wc -l) CRDs"
+target/debug/capi-sim --kubeconfig "$work/k8s/kubeconfig" --line "$line" --tick-ms 100 \
+  --ready-file "$work/sim.url" > "$work/sim.log" 2>&1 &
 sim=$!
-for _ in $(seq 1 100); do [ -s "$work/mgmt.kubeconfig" ] && break; sleep 0.1; done
-echo "--- management cluster: capi-sim ($line) at $(grep server: "$work/mgmt.kubeconfig" | awk '{print $2}')"
+for _ in $(seq 1 300); do [ -s "$work/sim.url" ] && break; sleep 0.1; done
+[ -s "$work/sim.url" ] || { cat "$work/sim.log"; exit 1; }
+echo "    CAPI/CAPO/CAAPH controllers and webhooks simulated by capi-sim"
 
 cat > "$work/magnum.conf" <<CONF
 [DEFAULT]
@@ -47,7 +58,7 @@ cert_manager_type = x509keypair
 [metrics]
 listen = 127.0.0.1:19323
 [capi]
-kubeconfig = $work/mgmt.kubeconfig
+kubeconfig = $work/k8s/kubeconfig
 # Demo only: one shared application credential (see README, "Credentials").
 static_auth_url = https://keystone.example.com:5000/v3
 static_application_credential_id = demo-application-credential
@@ -106,11 +117,31 @@ wait_update() {
 echo "--- cluster_resize cast: default-worker 2 -> 4"
 lc resize "$uuid" 4 '[]' > /dev/null
 wait_update resize
-victim=$(curl -s "$(grep server: "$work/mgmt.kubeconfig" | awk '{print $2}')/apis/cluster.x-k8s.io/$line/machines?labelSelector=magnum.openstack.org/nodegroup=default-worker" \
-  | field 'sorted(m["metadata"]["name"] for m in d["items"])[0]')
+"${kc[@]}" get machines.cluster.x-k8s.io -A -o wide | sed 's/^/    /'
+victim=$("${kc[@]}" get machines.cluster.x-k8s.io -A -l magnum.openstack.org/nodegroup=default-worker \
+  -o jsonpath='{.items[*].metadata.name}' | tr ' ' '\n' | sort | head -n 1)
 echo "--- cluster_resize cast: default-worker 4 -> 3, nodes_to_remove=[$victim]"
 lc resize "$uuid" 3 "[\"$victim\"]" > /dev/null
 wait_update resize
+
+# wait_group <name> <status|gone>: follow one nodegroup.
+wait_group() {
+  local last="" now
+  local deadline=$((SECONDS + 180))
+  while [ $SECONDS -lt $deadline ]; do
+    now=$(lc get "$uuid" | field 'next(("%s  %s %s" % (n["status"], n["status_reason"] or "", n["node_addresses"]) for n in d["nodegroups"] if n["name"] == "'"$1"'"), "gone")')
+    [ "$now" != "$last" ] && echo "    $1: $now" && last=$now
+    case "$now" in "$2"*) return 0 ;; *FAILED*) break ;; esac
+    sleep 0.5
+  done
+  echo "nodegroup $1 did not reach $2"; tail -20 "$work/conductor.log"; exit 1
+}
+echo "--- nodegroup_create cast: extra (1 node, its own MachineDeployment)"
+lc ng-create "$uuid" '{"name": "extra", "node_count": 1}' > /dev/null
+wait_group extra CREATE_COMPLETE
+echo "--- nodegroup_delete cast: extra"
+lc ng-delete "$uuid" extra > /dev/null
+wait_group extra gone
 
 template131=$(lc template '{"name": "k8s-v1.31", "coe": "kubernetes", "server_type": "vm", "cluster_distro": "ubuntu",
   "image_id": "ubuntu-2204-kube-v1.31.2", "flavor_id": "m1.small", "master_flavor_id": "m1.medium",
@@ -134,5 +165,6 @@ while [ $SECONDS -lt $deadline ]; do
 done
 echo "$got" | field '"    rows left: nodegroups=%d x509keypairs=%d" % (len(d["nodegroups"]), d["x509keypairs"])'
 [ "$last" = "gone" ] || { echo "delete did not complete"; tail -20 "$work/conductor.log"; exit 1; }
+echo "    CAPI objects left: $("${kc[@]}" get clusters.cluster.x-k8s.io,machines.cluster.x-k8s.io -A -o name | wc -l)"
 echo "--- metrics"
 curl -s localhost:19323/metrics | grep -E '^magnum_conductor_(cluster_operations|status_writes|watch_events)_total' | sed 's/^/    /'

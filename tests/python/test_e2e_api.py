@@ -3,8 +3,12 @@
 See api_env.py for what runs: real Keystone, the real magnum-api (23.0.0 as
 the console script, which sends every object read/write to our conductor,
 and as the WSGI application; 22.0.0 as the console script) with our driver
-package, a database built by that release's migrations, our conductor, the
-simulator as the management cluster. The user only types CLI commands.
+package, a database built by that release's migrations, our conductor, a
+real kube-apiserver as the management cluster (../shared/k8s, v1beta2 for
+the console script, v1beta1 for WSGI; CAPI's controllers simulated by
+capi-sim). The user only types CLI commands: create, config, credential
+rotate, resize, resize naming the node to remove, upgrade, nodegroup
+create/update/delete, delete.
 
 What the API itself refuses, before any RPC, comes from Magnum's code plus
 our driver package (deploy/magnum-driver): an even control-plane size on
@@ -136,6 +140,19 @@ def test_user_session(env):
         delete(env, c)
         return
 
+    # Resize back down naming the node to remove (a node name, as `kubectl
+    # get nodes` shows it): exactly that one goes.
+    def workers():
+        return sorted(m["metadata"]["name"] for m in env.sim.items(
+            env.sim.capi, "machines", f"magnum.openstack.org/nodegroup=default-worker,"
+            f"cluster.x-k8s.io/cluster-name={capi_cluster['metadata']['name']}", ns=ns)
+            if not m["metadata"].get("deletionTimestamp"))
+    victim, keeper = workers()
+    env.coe("cluster", "resize", "demo", "1", "--nodes-to-remove", victim)
+    c, seen = env.wait("demo", lambda c: settled(c) and c["node_count"] == 1)
+    assert c["status"] == "UPDATE_COMPLETE", seen
+    assert workers() == [keeper], "the named node went, the other stayed"
+
     # Upgrade to the next minor.
     up = template(env, "k8s-v1.31", "ubuntu-2204-kube-v1.31.1", "v1.31.1")
     env.coe("cluster", "upgrade", "demo", "k8s-v1.31")
@@ -157,6 +174,14 @@ def test_user_session(env):
         time.sleep(1)
     assert n["status"] == "CREATE_COMPLETE", n
     assert len(n["node_addresses"]) == 1 and n["labels"].get("tier") == "batch", n
+    env.coe("nodegroup", "update", "demo", "extra", "--max-nodes", "3")
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        n = ng(env, "demo", "extra")
+        if n["max_node_count"] == 3 and not n["status"].endswith("_IN_PROGRESS"):
+            break
+        time.sleep(1)
+    assert (n["status"], n["max_node_count"]) == ("UPDATE_COMPLETE", 3), n
     env.coe("nodegroup", "delete", "demo", "extra")
     deadline = time.time() + 180
     while time.time() < deadline:

@@ -523,8 +523,17 @@ mod owner_tests {
             cluster_owner_refs(CapiLine::V1beta1, "OpenStackCluster", &plain)[0]["controller"],
             true
         );
-        for kind in ["MachineDeployment", "OpenStackMachineTemplate", "Secret", "HelmChartProxy"] {
-            assert_eq!(cluster_owner_refs(CapiLine::V1beta1, kind, &plain), json!([plain]), "{kind}");
+        for kind in [
+            "MachineDeployment",
+            "OpenStackMachineTemplate",
+            "Secret",
+            "HelmChartProxy",
+        ] {
+            assert_eq!(
+                cluster_owner_refs(CapiLine::V1beta1, kind, &plain),
+                json!([plain]),
+                "{kind}"
+            );
         }
         let plain2 = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "k", "uid": "u"});
         assert_eq!(

@@ -18,8 +18,8 @@ use rpc_schema::ovo::MagnumObject;
 use serde_json::{Value, json};
 
 use super::engine::{Engine, capi_apiversion, destroy_if_present, dynamic_api};
-use crate::capi::render::CapiLine;
 use super::runner::{OnFailure, Op, Run, StepError};
+use crate::capi::render::CapiLine;
 use crate::capi::render::UUID_LABEL;
 use crate::handlers::DurableSignal;
 
@@ -216,7 +216,11 @@ fn labelled_kinds(line: CapiLine) -> [(&'static str, &'static str, &'static str)
         ),
         (bootstrap, "KubeadmConfigTemplate", "kubeadmconfigtemplates"),
         ("apps/v1", "Deployment", "deployments"),
-        ("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
+        (
+            "rbac.authorization.k8s.io/v1",
+            "RoleBinding",
+            "rolebindings",
+        ),
         ("rbac.authorization.k8s.io/v1", "Role", "roles"),
         ("v1", "ServiceAccount", "serviceaccounts"),
     ]

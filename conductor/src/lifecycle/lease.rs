@@ -250,19 +250,53 @@ impl Leases {
         }
     }
 
-    /// One attempt: the lease, or who holds it.
-    pub async fn try_acquire(&self, name: &str) -> Result<Held, LeaseError> {
-        self.attempt(name, true).await
-    }
-
     /// One attempt that leaves an expired lease alone: its holder died in
     /// the middle of an operation, which only a resume may take over (a
     /// status pass would release it with the operation unfinished).
+    ///
+    /// It starts with the create (a free Lease is absent): a status pass
+    /// that gets it costs the apiserver that create and the release's
+    /// delete; one that does not, the create's 409.
     pub async fn try_acquire_if_free(&self, name: &str) -> Result<Held, LeaseError> {
-        self.attempt(name, false).await
+        if !self.0.enabled {
+            return Ok(Held::unleased(self.clone(), name));
+        }
+        match self
+            .0
+            .api
+            .create(&PostParams::default(), &self.new_lease(name))
+            .await
+        {
+            Ok(l) => Ok(Held::start(self.clone(), name, l)),
+            Err(kube::Error::Api(e)) if e.code == 409 => Err(LeaseError::Held(
+                "another conductor (or one that stopped renewing it: the leader takes it over)"
+                    .into(),
+            )),
+            Err(e) => Err(e.into()),
+        }
     }
 
-    async fn attempt(&self, name: &str, take_expired: bool) -> Result<Held, LeaseError> {
+    /// A new Lease `name` held by this conductor.
+    fn new_lease(&self, name: &str) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                labels: Some(
+                    [(
+                        "app.kubernetes.io/managed-by".to_string(),
+                        "magnum-conductor".to_string(),
+                    )]
+                    .into(),
+                ),
+                ..ObjectMeta::default()
+            },
+            spec: Some(self.record(0)),
+        }
+    }
+
+    /// One attempt: the lease (taken over from a holder that stopped
+    /// renewing it), or who holds it.
+    pub async fn try_acquire(&self, name: &str) -> Result<Held, LeaseError> {
         if !self.0.enabled {
             return Ok(Held::unleased(self.clone(), name));
         }
@@ -275,34 +309,11 @@ impl Leases {
         let unchanged = self.unchanged_for(name, &rv);
         let stored = match verdict(current.as_ref(), unchanged, self.0.duration) {
             Verdict::HeldBy(h) => return Err(LeaseError::Held(h)),
-            Verdict::Take
-                if !take_expired
-                    && current
-                        .as_ref()
-                        .and_then(|l| l.spec.as_ref())
-                        .and_then(|s| s.holder_identity.as_deref())
-                        .is_some_and(|h| !h.is_empty()) =>
-            {
-                return Err(LeaseError::Held(
-                    "a conductor that stopped renewing it (the leader takes it over)".into(),
-                ));
-            }
             Verdict::Absent => {
-                let lease = Lease {
-                    metadata: ObjectMeta {
-                        name: Some(name.to_string()),
-                        labels: Some(
-                            [(
-                                "app.kubernetes.io/managed-by".to_string(),
-                                "magnum-conductor".to_string(),
-                            )]
-                            .into(),
-                        ),
-                        ..ObjectMeta::default()
-                    },
-                    spec: Some(self.record(0)),
-                };
-                match api.create(&PostParams::default(), &lease).await {
+                match api
+                    .create(&PostParams::default(), &self.new_lease(name))
+                    .await
+                {
                     Ok(l) => l,
                     Err(kube::Error::Api(e)) if e.code == 409 => {
                         return Err(LeaseError::Held("another conductor (just now)".into()));

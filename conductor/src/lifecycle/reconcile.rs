@@ -36,6 +36,14 @@ use super::watch::Kick;
 use crate::capi::render;
 use crate::capi::status::{self, Clock, GroupTarget, Targets};
 
+/// What a status pass came to.
+enum Pass {
+    Done,
+    /// It has something to write to a cluster in an operation: it needs
+    /// the cluster's Lease first, and a fresh read under it.
+    NeedsLease,
+}
+
 /// How long a failed status pass waits before it is tried again.
 const RETRY: Duration = Duration::from_secs(5);
 
@@ -214,62 +222,89 @@ impl Engine {
             Err(e) => return Err(e.into()),
         };
         // A status pass that may move an operation's rows holds the
-        // cluster's Lease too: no operation on another conductor runs
-        // between its read and its writes. (Passes over clusters at rest
-        // write only health, addresses and autoscaled counts, which no
-        // operation writes: they need none.)
+        // cluster's Lease while it writes: no operation on another
+        // conductor runs between its read and its writes. (Passes over
+        // clusters at rest write only health, addresses and autoscaled
+        // counts, which no operation writes: they need none.) Most events
+        // change nothing in the rows, and a Lease costs the apiserver a
+        // create and a delete: the pass first finds out whether it has
+        // anything to write, and only then takes the Lease and starts again
+        // from a fresh read.
         let in_operation = {
             let s = cluster.get_str("status").unwrap_or_default();
             sync::operation(s).is_some() || s == "DELETE_COMPLETE"
         };
-        let _lease = if in_operation {
+        let mut lease = None;
+        loop {
             match self
-                .0
-                .leases
-                .try_acquire_if_free(&super::lease::cluster_lease(&uuid))
-                .await
+                .pass(&uuid, &cluster, in_operation, lease.as_ref())
+                .await?
             {
-                Ok(h) => {
+                Pass::Done => return Ok(()),
+                Pass::NeedsLease => {
+                    match self
+                        .0
+                        .leases
+                        .try_acquire_if_free(&super::lease::cluster_lease(&uuid))
+                        .await
+                    {
+                        Ok(h) => lease = Some(h),
+                        Err(super::lease::LeaseError::Held(holder)) => {
+                            tracing::debug!(cluster = %uuid, %holder, "cluster busy; status pass deferred");
+                            self.defer(k);
+                            return Ok(());
+                        }
+                        Err(super::lease::LeaseError::Api(e)) => {
+                            return Err(StepError::Mgmt(crate::mgmt::MgmtError::Api(e)));
+                        }
+                    }
                     cluster = match self.cluster(&uuid).await {
                         Ok(c) => c,
                         Err(DbError::Magnum { .. }) => return Ok(()),
                         Err(e) => return Err(e.into()),
                     };
-                    Some(h)
-                }
-                Err(super::lease::LeaseError::Held(holder)) => {
-                    tracing::debug!(cluster = %uuid, %holder, "cluster busy; status pass deferred");
-                    self.defer(k);
-                    return Ok(());
-                }
-                Err(super::lease::LeaseError::Api(e)) => {
-                    return Err(StepError::Mgmt(crate::mgmt::MgmtError::Api(e)));
                 }
             }
-        } else {
-            None
-        };
+        }
+    }
+
+    /// One status pass over `cluster` (read under its lock). Before its
+    /// first write, a pass over a cluster `in_operation` without `lease`
+    /// stops and asks for it ([`Pass::NeedsLease`]).
+    async fn pass(
+        &self,
+        uuid: &str,
+        cluster: &MagnumObject,
+        in_operation: bool,
+        lease: Option<&super::lease::Held>,
+    ) -> Result<Pass, StepError> {
+        let uuid = uuid.to_string();
+        let needs_lease = in_operation && lease.is_none();
         let mut ngs = self.nodegroups(&uuid).await?;
         let status_now = cluster.get_str("status").unwrap_or_default().to_string();
         let op = sync::operation(&status_now);
-        let mut observed = self.observed(&cluster);
+        let mut observed = self.observed(cluster);
         // DELETE_COMPLETE with rows left: a conductor died while removing them.
         let deleting = op == Some(status::Operation::Delete) || status_now == "DELETE_COMPLETE";
         if deleting {
             if observed.cluster.is_none() {
-                return self.finish_delete(&cluster).await;
+                if needs_lease {
+                    return Ok(Pass::NeedsLease);
+                }
+                self.finish_delete(cluster).await?;
+                return Ok(Pass::Done);
             }
         } else if op == Some(status::Operation::Create)
             && observed.cluster.is_none()
             && cluster.get_str("stack_id").is_none()
         {
             // Not applied yet (the create operation is running or resuming).
-            return Ok(());
+            return Ok(Pass::Done);
         }
 
         // What the rows want, and repairs for an update in progress.
-        let desired = match self.template(&cluster).await {
-            Ok(t) => match self.desired(&cluster, &t, &ngs, None) {
+        let desired = match self.template(cluster).await {
+            Ok(t) => match self.desired(cluster, &t, &ngs, None) {
                 Ok((d, _)) => Some(d),
                 Err(e) => {
                     tracing::debug!(cluster = %uuid, error = %e, "rows cannot be rendered");
@@ -287,8 +322,11 @@ impl Engine {
         {
             let repairs = plan::drift(d, &observed);
             if !repairs.is_empty() {
-                self.repair(&cluster, d, &repairs).await?;
-                observed = self.observed(&cluster);
+                if needs_lease {
+                    return Ok(Pass::NeedsLease);
+                }
+                self.repair(cluster, d, &repairs).await?;
+                observed = self.observed(cluster);
             }
         }
         let (targets, autoscaled) = match &desired {
@@ -305,7 +343,7 @@ impl Engine {
         };
 
         let mut clock = Clock {
-            elapsed_min: age(&cluster).num_minutes().max(0) as u64,
+            elapsed_min: age(cluster).num_minutes().max(0) as u64,
             create_timeout_min: cluster.get_i64("create_timeout").unwrap_or(0).max(0) as u64,
             stalled_min: 0,
             update_timeout_min: self.0.capi.update_timeout,
@@ -317,52 +355,58 @@ impl Engine {
             clock,
         );
         let view = if op == Some(status::Operation::Update) {
-            clock.stalled_min = self.stalled_minutes(&cluster, first.progress);
+            clock.stalled_min = self.stalled_minutes(cluster, first.progress);
             status::map(status::Operation::Update, &observed, &targets, clock)
         } else {
             first
         };
 
         // Nodegroups whose deletion is complete lose their row.
-        let mut removed = Vec::new();
-        for ng in ngs.iter().filter(|n| rows::is_deleting(n)) {
-            let key = rows::group_key(ng);
-            let gone = view
-                .workers
-                .get(&key)
-                .is_some_and(|g| g.status == "DELETE_COMPLETE");
-            if gone
-                && !deleting
-                && ng.get_bool("is_default") != Some(true)
-                && let Some(u) = ng.get_str("uuid")
-            {
-                destroy_if_present(&self.0.db, &NODEGROUP, u).await?;
-                tracing::info!(cluster = %uuid, nodegroup = %key, "nodegroup deleted");
-                removed.push(u.to_string());
-            }
-        }
+        let removed: Vec<(String, String)> = ngs
+            .iter()
+            .filter(|n| rows::is_deleting(n))
+            .filter(|ng| {
+                !deleting
+                    && ng.get_bool("is_default") != Some(true)
+                    && view
+                        .workers
+                        .get(&rows::group_key(ng))
+                        .is_some_and(|g| g.status == "DELETE_COMPLETE")
+            })
+            .filter_map(|ng| Some((ng.get_str("uuid")?.to_string(), rows::group_key(ng))))
+            .collect();
         ngs.retain(|n| {
             !removed
                 .iter()
-                .any(|r| Some(r.as_str()) == n.get_str("uuid"))
+                .any(|(r, _)| Some(r.as_str()) == n.get_str("uuid"))
         });
 
         let ch = sync::changes(
-            &cluster,
+            cluster,
             &ngs,
             &view,
             observed.cluster.is_some(),
             &autoscaled,
         );
+        if removed.is_empty() && ch.is_empty() {
+            return Ok(Pass::Done);
+        }
+        if needs_lease {
+            return Ok(Pass::NeedsLease);
+        }
         // A pass that lost the cluster's Lease meanwhile (its renewals failed
         // for a whole duration) writes nothing: another conductor may own it.
-        if let Some(l) = &_lease
+        if let Some(l) = lease
             && !l.valid()
         {
             return Err(StepError::Busy {
                 cluster: uuid.clone(),
                 why: "this conductor lost the cluster's lease during the status pass".into(),
             });
+        }
+        for (u, key) in &removed {
+            destroy_if_present(&self.0.db, &NODEGROUP, u).await?;
+            tracing::info!(cluster = %uuid, nodegroup = %key, "nodegroup deleted");
         }
         // Nodegroups first, the cluster last (see [`sync::RowChanges::writes`]).
         let mut moved = false;
@@ -425,10 +469,10 @@ impl Engine {
                     .metrics
                     .operation_duration
                     .with_label_values(&["create", outcome])
-                    .observe(age(&cluster).num_milliseconds().max(0) as f64 / 1000.0);
+                    .observe(age(cluster).num_milliseconds().max(0) as f64 / 1000.0);
             }
         }
-        Ok(())
+        Ok(Pass::Done)
     }
 
     /// Look at this cluster again in a second (it was busy).

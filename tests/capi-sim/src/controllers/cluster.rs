@@ -27,7 +27,8 @@ use super::Ctx;
 use crate::kinds::Kind;
 use crate::obj::{
     CLUSTER_LABEL, CP_LABEL, deleting, ensure_owner_ref, has_exact_owner_ref,
-    keep_transition_times, label, meta, name, namespace, owned_by, owner_ref, owner_refs, plain_owner_ref,
+    keep_transition_times, label, meta, name, namespace, owned_by, owner_ref, owner_refs,
+    plain_owner_ref,
 };
 
 const FINALIZER: &str = "cluster.cluster.x-k8s.io";
