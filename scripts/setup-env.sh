@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Make this machine able to run the conductor and its tests: RabbitMQ and
-# MariaDB installed and running, cached Python venvs with the real Magnum
+# MariaDB installed and running, what ../shared/k8s/up.sh needs for real
+# Kubernetes control planes, cached Python venvs with the real Magnum
 # 23.0.0 (client, objects, migrations) and Magnum 22.0.0 (objects and
 # migrations of the 22.x schema). Idempotent; safe to run on every test run.
 # Prints `export MAGNUM_VENV=... MAGNUM22_VENV=...` as its last line.
@@ -40,6 +41,14 @@ command -v rabbitmq-server >/dev/null 2>&1 || apt_install rabbitmq-server
 command -v mariadbd >/dev/null 2>&1 || apt_install mariadb-server
 command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv
 command -v curl >/dev/null 2>&1 || apt_install curl
+# The real Kubernetes control planes of ../shared/k8s/up.sh (tests, demo,
+# benchmarks): etcd, kubectl (CRD installation), xz and openssl. up.sh
+# installs the first two itself when missing; done here once, up front.
+command -v etcd >/dev/null 2>&1 || apt_install etcd-server
+command -v kubectl >/dev/null 2>&1 || apt_install kubernetes-client
+command -v xz >/dev/null 2>&1 || apt_install xz-utils
+command -v openssl >/dev/null 2>&1 || apt_install openssl
+command -v setsid >/dev/null 2>&1 || apt_install util-linux
 
 if ! rabbitmqctl -q status >/dev/null 2>&1; then
   log "starting RabbitMQ"
