@@ -318,3 +318,74 @@ async fn names_conflicts_and_deletes() {
     );
     drop_db(&name).await;
 }
+
+/// The status worker's conditional writes: a row saved only if it still
+/// holds what was read (every column but updated_at, checked under the row
+/// lock), so a write decided from a read never overwrites what an
+/// operation wrote since; a JSON column read back compares equal.
+#[tokio::test]
+async fn writes_only_if_unchanged_since_read() {
+    use common::db::model::CLUSTER;
+    use common::db::repo::{self, Scope};
+    use rpc_schema::ovo::{CLUSTER as CLUSTER_CLASS, MagnumObject};
+    use serde_json::json;
+    let (pool, name) = fresh_db().await;
+    let db = Db::from_pool(
+        pool,
+        RetryPolicy {
+            max_retries: 1,
+            interval: Duration::ZERO,
+            increase: false,
+            max_interval: Duration::ZERO,
+        },
+    )
+    .await
+    .unwrap();
+    let mut c = MagnumObject::new(&CLUSTER_CLASS);
+    let u = uuid::Uuid::new_v4().to_string();
+    c.set("uuid", json!(u)).unwrap();
+    c.set("project_id", json!("p")).unwrap();
+    c.set("status", json!("CREATE_IN_PROGRESS")).unwrap();
+    c.set("labels", json!({"kube_tag": "v1.30.4", "a": "b"}))
+        .unwrap();
+    repo::create(&db, &CLUSTER, &c).await.unwrap();
+    let write = |status: &str| {
+        let mut o = MagnumObject::new(&CLUSTER_CLASS);
+        o.set("status", json!(status)).unwrap();
+        o
+    };
+    let read = repo::get(&db, &CLUSTER, &Scope::admin(), &u).await.unwrap();
+    // Unchanged since read (JSON columns included): written.
+    let (saved, changed) =
+        repo::save_changed_if(&db, &CLUSTER, &u, &write("CREATE_COMPLETE"), Some(&read))
+            .await
+            .unwrap()
+            .expect("unchanged since read");
+    assert_eq!(changed, ["status"]);
+    assert_eq!(saved.get_str("status"), Some("CREATE_COMPLETE"));
+    // Another writer changed the row since `read` (here: the write above,
+    // as an operation's DELETE_IN_PROGRESS would): nothing written.
+    repo::save(&db, &CLUSTER, &u, &write("DELETE_IN_PROGRESS"))
+        .await
+        .unwrap();
+    assert_eq!(
+        repo::save_changed_if(&db, &CLUSTER, &u, &write("CREATE_COMPLETE"), Some(&read))
+            .await
+            .unwrap(),
+        None
+    );
+    let now = repo::get(&db, &CLUSTER, &Scope::admin(), &u).await.unwrap();
+    assert_eq!(
+        now.get_str("status"),
+        Some("DELETE_IN_PROGRESS"),
+        "not overwritten"
+    );
+    // A fresh read: written again.
+    assert!(
+        repo::save_changed_if(&db, &CLUSTER, &u, &write("DELETE_FAILED"), Some(&now))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    drop_db(&name).await;
+}

@@ -609,6 +609,23 @@ pub async fn save_changed(
     identity: &str,
     obj: &MagnumObject,
 ) -> Result<(MagnumObject, Vec<String>), DbError> {
+    save_changed_if(db, table, identity, obj, None)
+        .await?
+        .ok_or_else(|| not_found(table, identity))
+}
+
+/// [`save_changed`] only if the row still holds what `unchanged` holds
+/// (every column but `updated_at`, compared under the row lock): a writer
+/// that decided from a read does not overwrite what another wrote since.
+/// `None`: the row changed, nothing was written. (With `unchanged: None`,
+/// [`save_changed`].)
+pub async fn save_changed_if(
+    db: &Db,
+    table: &Table,
+    identity: &str,
+    obj: &MagnumObject,
+    unchanged: Option<&MagnumObject>,
+) -> Result<Option<(MagnumObject, Vec<String>)>, DbError> {
     if obj.changes.iter().any(|c| c == "uuid") {
         return Err(DbError::magnum(
             "InvalidParameterValue",
@@ -649,6 +666,17 @@ pub async fn save_changed(
                     .fetch_optional(&mut *tx)
                     .await?
                     .ok_or_else(|| not_found(table, identity))?;
+                if let Some(before) = unchanged {
+                    let now = decode_row(db, table, &row)?;
+                    if table
+                        .columns(&db.schema)
+                        .iter()
+                        .filter(|c| c.name != "updated_at")
+                        .any(|c| now.get(c.name) != before.get(c.name))
+                    {
+                        return Ok(None);
+                    }
+                }
                 let mut sets = Vec::new();
                 let mut values = Vec::new();
                 let mut names = Vec::new();
@@ -675,11 +703,17 @@ pub async fn save_changed(
                     q.execute(&mut *tx).await?;
                 }
                 tx.commit().await?;
-                Ok(names)
+                Ok(Some(names))
             }
         })
         .await?;
-    Ok((get(db, table, &Scope::admin(), identity).await?, changed))
+    match changed {
+        Some(changed) => Ok(Some((
+            get(db, table, &Scope::admin(), identity).await?,
+            changed,
+        ))),
+        None => Ok(None),
+    }
 }
 
 /// DELETE one row by id or uuid (`destroy_<x>`).

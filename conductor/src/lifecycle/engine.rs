@@ -302,6 +302,33 @@ impl Engine {
         .await
     }
 
+    /// Save `changes` to a row only if it still holds what `read` holds
+    /// (see [`repo::save_changed_if`]); `None`: it changed since, nothing
+    /// written. The status worker's writes: decided from a read, they must
+    /// not overwrite what an operation (on any conductor) wrote meanwhile.
+    pub(super) async fn save_if_unchanged(
+        &self,
+        table: &common::db::model::Table,
+        read: &MagnumObject,
+        changes: &[(&str, Value)],
+    ) -> Result<Option<Vec<String>>, DbError> {
+        let class = if table.name == "cluster" {
+            &ovo::CLUSTER
+        } else {
+            &ovo::NODE_GROUP
+        };
+        let uuid = read.get_str("uuid").unwrap_or_default();
+        Ok(repo::save_changed_if(
+            &self.0.db,
+            table,
+            uuid,
+            &obj_with(class, changes),
+            Some(read),
+        )
+        .await?
+        .map(|(_, changed)| changed))
+    }
+
     pub(super) async fn save_nodegroup(
         &self,
         uuid: &str,

@@ -39,10 +39,16 @@ use crate::capi::status::{self, Clock, GroupTarget, Targets};
 /// What a status pass came to.
 enum Pass {
     Done,
-    /// It has something to write to a cluster in an operation: it needs
-    /// the cluster's Lease first, and a fresh read under it.
+    /// It has something to apply, or a row to remove, for a cluster in an
+    /// operation: it needs the cluster's Lease first, and a fresh read.
     NeedsLease,
+    /// A row it was about to write changed since it read it: read again.
+    Stale,
 }
+
+/// Passes over one cluster in a row whose writes found a row changed
+/// (an operation writing at the same moment), before it is deferred.
+const STALE_RETRIES: usize = 3;
 
 /// How long a failed status pass waits before it is tried again.
 const RETRY: Duration = Duration::from_secs(5);
@@ -221,26 +227,40 @@ impl Engine {
             Err(DbError::Magnum { .. }) => return Ok(()),
             Err(e) => return Err(e.into()),
         };
-        // A status pass that may move an operation's rows holds the
-        // cluster's Lease while it writes: no operation on another
-        // conductor runs between its read and its writes. (Passes over
-        // clusters at rest write only health, addresses and autoscaled
-        // counts, which no operation writes: they need none.) Most events
-        // change nothing in the rows, and a Lease costs the apiserver a
-        // create and a delete: the pass first finds out whether it has
-        // anything to write, and only then takes the Lease and starts again
-        // from a fresh read.
+        // A status pass must not overwrite what an operation (on any
+        // conductor) writes between its read and its writes: its row
+        // writes are conditional on the rows being as read (the database
+        // checks, under the row lock: no apiserver request). What it
+        // applies to the management cluster (an update's repairs), the
+        // removal of a deleted cluster's or nodegroup's rows, happen only
+        // under the cluster's Lease, as operations do: then no operation
+        // runs meanwhile. The pass first finds out whether it needs the
+        // Lease, and only then takes it and starts again from a fresh read.
+        // (Passes over clusters at rest never need it.)
         let in_operation = {
             let s = cluster.get_str("status").unwrap_or_default();
             sync::operation(s).is_some() || s == "DELETE_COMPLETE"
         };
         let mut lease = None;
+        let mut stale = 0;
         loop {
             match self
                 .pass(&uuid, &cluster, in_operation, lease.as_ref())
                 .await?
             {
                 Pass::Done => return Ok(()),
+                Pass::Stale => {
+                    stale += 1;
+                    if stale >= STALE_RETRIES {
+                        self.defer(k);
+                        return Ok(());
+                    }
+                    cluster = match self.cluster(&uuid).await {
+                        Ok(c) => c,
+                        Err(DbError::Magnum { .. }) => return Ok(()),
+                        Err(e) => return Err(e.into()),
+                    };
+                }
                 Pass::NeedsLease => {
                     match self
                         .0
@@ -268,9 +288,11 @@ impl Engine {
         }
     }
 
-    /// One status pass over `cluster` (read under its lock). Before its
-    /// first write, a pass over a cluster `in_operation` without `lease`
-    /// stops and asks for it ([`Pass::NeedsLease`]).
+    /// One status pass over `cluster` (read under its lock). Before it
+    /// applies anything or removes rows, a pass over a cluster
+    /// `in_operation` without `lease` stops and asks for it
+    /// ([`Pass::NeedsLease`]); a row changed since read stops it
+    /// ([`Pass::Stale`]).
     async fn pass(
         &self,
         uuid: &str,
@@ -391,7 +413,7 @@ impl Engine {
         if removed.is_empty() && ch.is_empty() {
             return Ok(Pass::Done);
         }
-        if needs_lease {
+        if !removed.is_empty() && needs_lease {
             return Ok(Pass::NeedsLease);
         }
         // A pass that lost the cluster's Lease meanwhile (its renewals failed
@@ -409,16 +431,28 @@ impl Engine {
             tracing::info!(cluster = %uuid, nodegroup = %key, "nodegroup deleted");
         }
         // Nodegroups first, the cluster last (see [`sync::RowChanges::writes`]).
+        // Each only if its row is still as read: an operation that wrote
+        // it meanwhile (on any conductor) wins, and this pass starts again.
         let mut moved = false;
         for w in ch.writes() {
-            match w {
+            let written = match w {
                 sync::RowWrite::Nodegroup(ng, c) => {
-                    self.save_nodegroup(ng, c).await?;
+                    match ngs.iter().find(|n| n.get_str("uuid") == Some(ng)) {
+                        Some(read) => self.save_if_unchanged(&NODEGROUP, read, c).await?,
+                        None => None,
+                    }
                 }
                 sync::RowWrite::Cluster(c) => {
-                    let (_, changed) = self.save_cluster_changed(&uuid, c).await?;
-                    moved = changed.iter().any(|c| c == "status");
+                    let changed = self.save_if_unchanged(&CLUSTER, cluster, c).await?;
+                    moved = changed
+                        .as_ref()
+                        .is_some_and(|ch| ch.iter().any(|c| c == "status"));
+                    changed
                 }
+            };
+            if written.is_none() {
+                tracing::debug!(cluster = %uuid, "a row changed since the pass read it: again");
+                return Ok(Pass::Stale);
             }
         }
         // Magnum's status sync notifies an operation's end (this conductor's
