@@ -219,6 +219,16 @@ def magnum_client(conf_path):
     _client_ready["conf"] = conf_path
 
 
+def magnum_client_close():
+    """Stop Magnum's RPC layer in this process (its reply listener would
+    otherwise retry a deleted virtual host, logging, until the process
+    exits)."""
+    from magnum.common import rpc
+
+    if rpc.TRANSPORT is not None:
+        rpc.TRANSPORT.cleanup()
+
+
 def context(**kw):
     from magnum.common import context as mctx
 

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from conftest import context, magnum_client, new_vhost, rabbitmqctl, start_conductor, write_conf
+from conftest import context, magnum_client, magnum_client_close, new_vhost, rabbitmqctl, start_conductor, write_conf
 
 
 @pytest.fixture(scope="module")
@@ -19,6 +19,7 @@ def env(session_tmp):
     magnum_client(client_conf)
     conductor.vhost = vhost
     yield conductor
+    magnum_client_close()
     assert conductor.stop() == 0, "conductor must exit cleanly on SIGTERM"
     rabbitmqctl("delete_vhost", vhost)
 
