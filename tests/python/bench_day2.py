@@ -170,6 +170,7 @@ def main():
         conn.close()
         conductor.stop()
         sim.stop()
+        conftest.magnum_client_close()
         rabbitmqctl("delete_vhost", vhost)
 
 

@@ -382,6 +382,7 @@ def main():
     finally:
         conductor.stop()
         sim.stop()
+        conftest.magnum_client_close()
         rabbitmqctl("delete_vhost", vhost)
 
 
