@@ -135,6 +135,7 @@ pub async fn run(cfg: &Config) -> Vec<Line> {
         format!("{} parsed", cfg.files.join(", ")),
     )];
     out.push(database(cfg).await);
+    out.push(clusters_by_driver(cfg).await);
     out.push(broker(cfg).await);
     out.extend(management(cfg).await);
     out.push(keystone(cfg).await);
@@ -176,6 +177,127 @@ async fn database(cfg: &Config) -> Line {
             format!("{url}: no answer within 15 s"),
             "check that the database host is reachable from this host",
         ),
+    }
+}
+
+/// A template's uuid, driver, server_type, cluster_distro, coe, and how
+/// many clusters use it (as read).
+type TemplateRow = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    i64,
+);
+
+/// One template's driver columns and how many clusters use it.
+type TemplateCount = (crate::ownership::TemplateKey, i64);
+
+/// The `clusters` line: clusters per owning driver (pure).
+/// `missing`: clusters whose template does not exist (nobody's).
+pub fn drivers_line(
+    templates: &[TemplateCount],
+    missing: i64,
+    drivers: &crate::ownership::Drivers,
+) -> Line {
+    use crate::ownership::{OUR_DRIVER, Owner, owner};
+    let mut by: std::collections::BTreeMap<String, i64> = Default::default();
+    let mut unknown: Vec<String> = Vec::new();
+    let mut total = 0;
+    for (t, n) in templates {
+        if *n == 0 {
+            continue;
+        }
+        total += n;
+        let o = owner(t, drivers);
+        *by.entry(o.driver().to_string()).or_default() += n;
+        if let Owner::Unknown(why) = o {
+            unknown.push(format!("{n} of template {}: {why}", t.uuid));
+        }
+    }
+    if missing > 0 {
+        total += missing;
+        *by.entry("unknown".into()).or_default() += missing;
+        unknown.push(format!("{missing} whose template does not exist"));
+    }
+    let mut parts = Vec::new();
+    if let Some(n) = by.remove(OUR_DRIVER) {
+        parts.push(format!("{n} {OUR_DRIVER} (ours)"));
+    }
+    let unknown_n = by.remove("unknown");
+    for (d, n) in &by {
+        parts.push(format!(
+            "{n} {d} (another driver's: refused, left untouched)"
+        ));
+    }
+    if let Some(n) = unknown_n {
+        parts.push(format!("{n} of no known driver (refused, left untouched)"));
+    }
+    let detail = if parts.is_empty() {
+        "no clusters".to_string()
+    } else {
+        format!("{total} clusters: {}", parts.join(", "))
+    };
+    if unknown.is_empty() {
+        Line::ok("clusters", detail)
+    } else {
+        Line::fail(
+            "clusters",
+            format!("{detail}; {}", unknown.join("; ")),
+            "give those templates a driver (cluster_template.driver: the entry point that \
+             created their clusters), or list the other drivers installed on the magnum-api \
+             hosts in [capi] other_drivers",
+        )
+    }
+}
+
+async fn clusters_by_driver(cfg: &Config) -> Line {
+    let mut opts = cfg.database.clone();
+    opts.max_retries = 0;
+    opts.pool_timeout = 5;
+    let read = async {
+        let db = Db::connect(&opts).await.map_err(|e| e.to_string())?;
+        let rows: Result<Vec<TemplateRow>, _> = sqlx::query_as(
+            "SELECT t.uuid, t.driver, t.server_type, t.cluster_distro, t.coe, COUNT(c.id) \
+                 FROM cluster_template t LEFT JOIN cluster c ON c.cluster_template_id = t.uuid \
+                 GROUP BY t.id",
+        )
+        .fetch_all(&db.pool)
+        .await;
+        let orphans: Result<i64, _> = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM cluster c WHERE NOT EXISTS \
+             (SELECT 1 FROM cluster_template t WHERE t.uuid = c.cluster_template_id)",
+        )
+        .fetch_one(&db.pool)
+        .await;
+        db.pool.close().await;
+        let rows = rows.map_err(|e| e.to_string())?;
+        let out: Vec<TemplateCount> = rows
+            .into_iter()
+            .map(|(uuid, driver, server_type, distro, coe, n)| {
+                let f = |k: &str| match k {
+                    "uuid" => uuid.as_deref(),
+                    "driver" => driver.as_deref(),
+                    "server_type" => server_type.as_deref(),
+                    "cluster_distro" => distro.as_deref(),
+                    "coe" => coe.as_deref(),
+                    _ => None,
+                };
+                (crate::ownership::TemplateKey::from_fields(f), n)
+            })
+            .collect();
+        let orphans = orphans.map_err(|e| e.to_string())?;
+        Ok::<_, String>((out, orphans))
+    };
+    let drivers = crate::ownership::Drivers {
+        ours: cfg.capi.os_distros.clone(),
+        others: cfg.capi.other_drivers.clone(),
+    };
+    match tokio::time::timeout(Duration::from_secs(15), read).await {
+        Ok(Ok((t, missing))) => drivers_line(&t, missing, &drivers),
+        Ok(Err(e)) => Line::skip("clusters", format!("cannot read the clusters: {e}")),
+        Err(_) => Line::skip("clusters", "the database did not answer within 15 s"),
     }
 }
 
@@ -370,6 +492,58 @@ mod tests {
             .map(|(gv, p, _)| (gv.to_string(), p.to_string()))
             .collect();
         assert_eq!(missing(&v2, &v1_only).len(), 6);
+    }
+
+    #[test]
+    fn clusters_are_counted_by_their_owner() {
+        use crate::ownership::{Drivers, TemplateKey};
+        let t = |uuid: &str, driver: Option<&str>, os: &str| TemplateKey {
+            uuid: uuid.into(),
+            driver: driver.map(str::to_string),
+            server_type: Some("vm".into()),
+            cluster_distro: Some(os.into()),
+            coe: Some("kubernetes".into()),
+        };
+        let d = Drivers {
+            ours: vec!["ubuntu".into()],
+            others: vec![],
+        };
+        let l = drivers_line(
+            &[
+                (t("a", Some("k8s_capi_rust"), "ubuntu"), 3),
+                (t("b", None, "ubuntu"), 2),
+                (t("c", Some("k8s_capi_helm_v1"), "ubuntu"), 4),
+                (t("d", Some("k8s_cluster_api_ubuntu"), "ubuntu"), 0),
+            ],
+            0,
+            &d,
+        );
+        assert_eq!(l.status, Status::Ok);
+        assert_eq!(
+            l.detail,
+            "9 clusters: 5 k8s_capi_rust (ours), 4 k8s_capi_helm_v1 (another driver's: refused, \
+             left untouched)"
+        );
+        // A driverless template two installed drivers provide, and a
+        // cluster whose template is gone: nobody's, and said so.
+        let d = Drivers {
+            ours: vec!["ubuntu".into()],
+            others: vec!["k8s_capi_helm_v1".into()],
+        };
+        let l = drivers_line(&[(t("b", None, "ubuntu"), 2)], 1, &d);
+        assert_eq!(l.status, Status::Fail);
+        assert!(
+            l.detail.starts_with("3 clusters: 3 of no known driver"),
+            "{}",
+            l.detail
+        );
+        assert!(l.detail.contains("2 of template b:"), "{}", l.detail);
+        assert!(
+            l.detail.contains("1 whose template does not exist"),
+            "{}",
+            l.detail
+        );
+        assert_eq!(drivers_line(&[], 0, &d).detail, "no clusters");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 use std::future::Future;
 
+use rpc_schema::ovo::MagnumObject;
 use rpc_schema::{ConductorRequest, Outcome, RemoteFailure, RequestContext};
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -72,9 +73,26 @@ pub struct HandlerRequest {
     pub durable: DurableSignal,
 }
 
+/// Where a request is handled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    Here,
+    /// Republished unchanged to `topic`, where a Python conductor runs
+    /// `driver`, the cluster's ([`crate::forward`]).
+    Forward {
+        topic: String,
+        driver: String,
+    },
+}
+
 /// What the RPC server dispatches decoded requests to.
 pub trait Handlers: Send + Sync + 'static {
     fn handle(&self, req: HandlerRequest) -> impl Future<Output = Outcome> + Send;
+
+    /// Asked before [`Handlers::handle`]: whether the request is ours.
+    fn route(&self, _req: &ConductorRequest) -> impl Future<Output = Route> + Send {
+        async { Route::Here }
+    }
 }
 
 /// Handlers of the RPC milestone.
@@ -121,6 +139,9 @@ pub struct ConductorHandlers {
     pub indirection: crate::indirection::Indirection,
     /// The cluster lifecycle, when a management cluster is configured.
     pub lifecycle: Option<crate::lifecycle::Engine>,
+    /// `[conductor] legacy_topic`: where other drivers' clusters' requests
+    /// go (None: refused).
+    pub legacy_topic: Option<String>,
 }
 
 fn no_management_cluster(method: &str) -> Outcome {
@@ -129,8 +150,84 @@ fn no_management_cluster(method: &str) -> Outcome {
     )))
 }
 
+/// The cluster a lifecycle request is about: (its uuid, the object the
+/// request carries, an upgrade's target template). None: not a cluster
+/// operation.
+fn lifecycle_target(r: &ConductorRequest) -> Option<(String, Option<&MagnumObject>, Option<&str>)> {
+    let uuid = |c: &MagnumObject| c.get_str("uuid").unwrap_or_default().to_string();
+    match r {
+        ConductorRequest::ClusterDelete { uuid } => Some((uuid.clone(), None, None)),
+        ConductorRequest::ClusterUpgrade {
+            cluster,
+            cluster_template,
+            ..
+        } => Some((
+            uuid(cluster),
+            Some(cluster),
+            Some(cluster_template.get_str("uuid").unwrap_or_default()),
+        )),
+        ConductorRequest::ClusterCreate { cluster, .. }
+        | ConductorRequest::ClusterUpdate { cluster, .. }
+        | ConductorRequest::ClusterResize { cluster, .. }
+        | ConductorRequest::CredentialRotate { cluster }
+        | ConductorRequest::NodegroupCreate { cluster, .. }
+        | ConductorRequest::NodegroupUpdate { cluster, .. }
+        | ConductorRequest::NodegroupDelete { cluster, .. } => {
+            Some((uuid(cluster), Some(cluster), None))
+        }
+        _ => None,
+    }
+}
+
+/// The cluster a certificate request is about.
+fn certificate_target(r: &ConductorRequest) -> Option<&MagnumObject> {
+    match r {
+        ConductorRequest::GetCaCertificate { cluster, .. }
+        | ConductorRequest::SignCertificate { cluster, .. }
+        | ConductorRequest::RotateCaCertificate { cluster } => Some(cluster),
+        _ => None,
+    }
+}
+
 impl Handlers for ConductorHandlers {
+    /// With a legacy topic, requests about clusters that are not ours
+    /// (their operations and their certificates) go there. An error while
+    /// deciding keeps the request here, where [`ConductorHandlers::handle`]
+    /// decides again (and a database outage sends a cast back to the queue).
+    async fn route(&self, req: &ConductorRequest) -> Route {
+        let (Some(topic), Some(l)) = (&self.legacy_topic, &self.lifecycle) else {
+            return Route::Here;
+        };
+        let (uuid, object) = match (lifecycle_target(req), certificate_target(req)) {
+            (Some((uuid, object, _)), _) => (uuid, object),
+            (None, Some(c)) => (c.get_str("uuid").unwrap_or_default().to_string(), Some(c)),
+            (None, None) => return Route::Here,
+        };
+        match l.owner_of_request(&uuid, object).await {
+            Ok(Some(owner)) if !owner.is_ours() => Route::Forward {
+                topic: topic.clone(),
+                driver: owner.driver().to_string(),
+            },
+            _ => Route::Here,
+        }
+    }
+
     async fn handle(&self, mut req: HandlerRequest) -> Outcome {
+        // Another driver's cluster is refused before anything is done.
+        if let (Some(l), Some((uuid, object, new_template))) =
+            (&self.lifecycle, lifecycle_target(&req.request))
+            && let Some(refused) = l
+                .refuse_foreign(
+                    req.request.method(),
+                    &uuid,
+                    object,
+                    new_template,
+                    &mut req.durable,
+                )
+                .await
+        {
+            return refused;
+        }
         match req.request {
             ConductorRequest::ClusterCreate {
                 cluster,

@@ -388,6 +388,7 @@ async fn run(cfg: Config, log_handle: conductor::logging::Handle) -> ExitCode {
             x509: cfg.x509.clone(),
             indirection: conductor::indirection::Indirection::new(database.clone()),
             lifecycle,
+            legacy_topic: cfg.conductor.legacy_topic.clone(),
         }),
         metrics,
         health,

@@ -55,6 +55,13 @@ pub struct Metrics {
     pub leader: IntGauge,
     /// Operations that could not have their cluster's Lease in time, by operation.
     pub lease_busy: IntCounterVec,
+    /// Requests and status passes that met a cluster of another driver and
+    /// left it alone, by what met it (an RPC method, `status`, `resume`)
+    /// and the driver (`unknown`: nobody's, or not created here).
+    pub foreign_clusters: IntCounterVec,
+    /// Requests republished to `[conductor] legacy_topic`, by method, the
+    /// cluster's driver and outcome (`forwarded`, `failed`).
+    pub rpc_forwarded: IntCounterVec,
     /// Cluster Leases taken over from a conductor that stopped renewing them.
     pub lease_takeovers: IntCounter,
     /// Times this process stopped leading, by reason (`broker`: the
@@ -276,6 +283,22 @@ impl Metrics {
                     "lease_busy_total",
                     "Operations that could not have their cluster's Lease in time (requeued or refused).",
                     &["operation"],
+                ),
+            ),
+            foreign_clusters: reg(
+                &registry,
+                counter_vec(
+                    "foreign_cluster_skips_total",
+                    "Requests and status passes that left a cluster of another driver untouched.",
+                    &["what", "driver"],
+                ),
+            ),
+            rpc_forwarded: reg(
+                &registry,
+                counter_vec(
+                    "rpc_forwarded_total",
+                    "Requests about other drivers' clusters republished to [conductor] legacy_topic.",
+                    &["method", "driver", "outcome"],
                 ),
             ),
             lease_takeovers: reg(

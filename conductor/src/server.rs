@@ -34,7 +34,7 @@ use tokio::sync::{Semaphore, watch};
 
 use crate::amqp;
 use crate::dedup::{Dedup, Seen};
-use crate::handlers::{Durability, DurableSignal, HandlerRequest, Handlers};
+use crate::handlers::{Durability, DurableSignal, HandlerRequest, Handlers, Route};
 use crate::metrics::{Metrics, method_label};
 use crate::reply::Replier;
 use crate::topology::{self, ArgValue, ConsumerDecl, ConsumerKind};
@@ -78,6 +78,8 @@ struct Shared<H: Handlers> {
     metrics: Metrics,
     dedup: Dedup,
     replier: Replier,
+    /// Republishes requests the handlers route elsewhere.
+    forwarder: crate::forward::Forwarder,
     /// Handler slots for calls (someone waits for the reply).
     call_slots: Arc<Semaphore>,
     /// Handler slots for casts. Two lanes of `executor_thread_pool_size`
@@ -175,6 +177,10 @@ impl<H: Handlers> RpcServer<H> {
             handlers: self.handlers.clone(),
             metrics: self.metrics.clone(),
             dedup: Dedup::default(),
+            forwarder: crate::forward::Forwarder::new(
+                chan_rx.clone(),
+                &cfg.default.control_exchange,
+            ),
             replier: Replier::new(
                 chan_rx,
                 r.direct_mandatory_flag,
@@ -603,16 +609,26 @@ async fn process<H: Handlers>(
                 .inc();
             (Outcome::Failure(failure), AckState::Pending)
         }
-        Ok(request) => {
-            run_handler(
-                shared,
-                &incoming,
-                request,
-                delivery.redelivered,
-                &delivery.acker,
-            )
-            .await
-        }
+        Ok(request) => match shared.handlers.route(&request).await {
+            Route::Forward { topic, driver } => {
+                forward(shared, &delivery, &incoming, kind, &topic, &driver).await;
+                m.rpc_inflight.dec();
+                m.rpc_duration
+                    .with_label_values(&[label])
+                    .observe(started.elapsed().as_secs_f64());
+                return;
+            }
+            Route::Here => {
+                run_handler(
+                    shared,
+                    &incoming,
+                    request,
+                    delivery.redelivered,
+                    &delivery.acker,
+                )
+                .await
+            }
+        },
     };
     let requeue = state == AckState::Requeue && kind == "cast";
     let outcome_label = match &outcome {
@@ -662,6 +678,88 @@ async fn process<H: Handlers>(
     m.rpc_duration
         .with_label_values(&[label])
         .observe(started.elapsed().as_secs_f64());
+}
+
+/// Republish a request about another driver's cluster to `topic`
+/// ([`crate::forward`]); acknowledge it once the copy is confirmed. A copy
+/// that could not be placed sends a cast back to the queue (after a pause)
+/// and answers a call with the reason.
+async fn forward<H: Handlers>(
+    shared: &Arc<Shared<H>>,
+    delivery: &Delivery,
+    incoming: &Incoming,
+    kind: &'static str,
+    topic: &str,
+    driver: &str,
+) {
+    let m = &shared.metrics;
+    let label = method_label(incoming.method_name());
+    let unique_id = incoming.unique_id.clone();
+    crate::failpoint::hit("forward.before_publish").await;
+    match shared
+        .forwarder
+        .forward(&delivery.data, delivery.properties.clone(), topic)
+        .await
+    {
+        Ok(()) => {
+            crate::failpoint::hit("forward.after_confirm").await;
+            tracing::info!(method = label, kind, %topic, %driver, "another driver's cluster: forwarded");
+            ack(&delivery.acker, "forwarded").await;
+            if let Some(id) = &unique_id {
+                shared.dedup.finish(id);
+            }
+            m.rpc_forwarded
+                .with_label_values(&[label, driver, "forwarded"])
+                .inc();
+            m.rpc_messages
+                .with_label_values(&[label, kind, "forwarded"])
+                .inc();
+        }
+        Err(why) => {
+            m.rpc_forwarded
+                .with_label_values(&[label, driver, "failed"])
+                .inc();
+            if kind == "cast" {
+                tracing::warn!(method = label, %topic, %driver, reason = %why, retry_in_s = REQUEUE_DELAY.as_secs(),
+                    "cannot forward; the cast goes back to the queue");
+                tokio::time::sleep(REQUEUE_DELAY).await;
+                if let Some(id) = &unique_id {
+                    shared.dedup.forget(id);
+                }
+                if let Err(e) = delivery
+                    .acker
+                    .reject(BasicRejectOptions { requeue: true })
+                    .await
+                {
+                    tracing::warn!(error = %e, "failed to requeue a message");
+                }
+                m.rpc_messages
+                    .with_label_values(&[label, kind, "requeued"])
+                    .inc();
+            } else {
+                tracing::warn!(method = label, %topic, %driver, reason = %why, "cannot forward; the call is answered");
+                if let (Some(msg_id), Some(reply_q)) = (&incoming.msg_id, &incoming.reply_q) {
+                    let failure = Outcome::Failure(RemoteFailure::magnum_with_message(
+                        "MagnumException",
+                        &format!(
+                            "{label} is about a cluster of the {driver} driver, which this \
+                             conductor forwards to topic {topic}, and the forward failed: {why}"
+                        ),
+                        Default::default(),
+                    ));
+                    let body = wire_reply::encode_reply(msg_id, &failure);
+                    shared.replier.send(reply_q, msg_id, body, "final").await;
+                }
+                ack(&delivery.acker, "forward failed").await;
+                if let Some(id) = &unique_id {
+                    shared.dedup.finish(id);
+                }
+                m.rpc_messages
+                    .with_label_values(&[label, kind, "failure"])
+                    .inc();
+            }
+        }
+    }
 }
 
 /// How long a cast whose handler asked to retry later waits before it goes

@@ -35,6 +35,15 @@ Magnum's own handler in process instead, with a driver that does nothing
 (or raises MC_DRIVER_RAISES), to compare the rows it writes with ours.
 `upgrade` prints {"error": class, "message", "code"} when refused.
 
+    call <method> <cluster> [<json args>]
+
+sends one request as a call (`cluster_create`, with the cluster's template
+and a new uuid; `cluster_delete`, `cluster_update`, `cluster_resize`,
+`cluster_upgrade` {"template"}, `nodegroup_create` {"fields"},
+`nodegroup_update` and `nodegroup_delete` {"nodegroup"},
+`credential_rotate`, `get_ca_certificate`) and prints {"ok": true} or
+{"error", "remote", "message", "code"}.
+
     python-notify <cluster> <action> <outcome> [admin]
 
 sends the CADF notification Magnum's conductor sends for that cluster
@@ -172,6 +181,44 @@ def run_python_handler(ctx, cmd, rest, objects):
     return {"ok": True}
 
 
+def call(ctx, objects, method, cluster_uuid, args):
+    """One request as a call, through magnum.conductor.api.API."""
+    from magnum.conductor import api
+    from magnum.common import exception
+    a = api.API(context=ctx)
+    cluster, ng = load(ctx, objects, cluster_uuid, args.get("nodegroup"))
+    try:
+        if method == "cluster_create":
+            t = objects.ClusterTemplate.get_by_uuid(ctx, cluster.cluster_template_id)
+            a.cluster_create(cluster_object(ctx, objects, t, {}), 1, 1, 60)
+        elif method == "cluster_delete":
+            a.cluster_delete(cluster.uuid)
+        elif method == "cluster_update":
+            a.cluster_update(cluster, ng.node_count + 1, cluster.health_status, cluster.health_status_reason)
+        elif method == "cluster_resize":
+            a.cluster_resize(cluster, ng.node_count + 1, [], ng)
+        elif method == "cluster_upgrade":
+            t = objects.ClusterTemplate.get_by_uuid(ctx, args.get("template", cluster.cluster_template_id))
+            a.cluster_upgrade(cluster, t, 1, ng)
+        elif method == "nodegroup_create":
+            a.nodegroup_create(cluster, new_nodegroup(ctx, objects, cluster, args.get("fields", {"name": "extra"})))
+        elif method == "nodegroup_update":
+            ng.max_node_count = (ng.max_node_count or ng.node_count) + 1
+            a.nodegroup_update(cluster, ng)
+        elif method == "nodegroup_delete":
+            a.nodegroup_delete(cluster, ng)
+        elif method == "credential_rotate":
+            a.credential_rotate(cluster)
+        elif method == "get_ca_certificate":
+            a.get_ca_certificate(cluster)
+        else:
+            raise SystemExit(f"unknown method {method}")
+        return {"ok": True}
+    except exception.MagnumException as e:
+        return {"error": type(e).__name__.removesuffix("_Remote"), "remote": type(e).__name__,
+                "message": str(e).split("\n")[0], "code": e.code}
+
+
 SERVE_MARK = "@@lifecycle-client@@ "
 
 
@@ -252,6 +299,8 @@ def main():
             # message is what the API shows (traceback lines after it).
             out = {"error": type(e).__name__.removesuffix("_Remote"), "remote": type(e).__name__,
                    "message": str(e).split("\n")[0], "code": e.code}
+    elif cmd == "call":
+        out = call(ctx, objects, rest[0], rest[1], json.loads(rest[2]) if len(rest) > 2 else {})
     elif cmd == "ng-create":
         from magnum.conductor import api
         cluster, _ = load(ctx, objects, rest[0])

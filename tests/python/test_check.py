@@ -1,6 +1,7 @@
 """`magnum-conductor check`: the preflight an operator (or the deploy role's
 gate) runs before cutting over. One line per check; a failure names the
 problem, says how to fix it, exits non-zero, and prints no secret."""
+import json
 import os
 import re
 import subprocess
@@ -11,7 +12,7 @@ import pytest
 
 from conftest import CONDUCTOR_BIN
 from k8s import SHARED_K8S
-from test_lifecycle import Env
+from test_lifecycle import TEMPLATE, Env
 
 SHARED = os.path.dirname(SHARED_K8S)
 
@@ -44,8 +45,8 @@ def test_a_good_setup_passes(env):
     rc, lines, out = check(env.conf)
     assert rc == 0, out
     assert {k: v[0] for k, v in lines.items()} == {
-        "config": "OK", "database": "OK", "broker": "OK", "management": "OK", "leases": "OK",
-        "keystone": "SKIP", "charts": "OK"}, out
+        "config": "OK", "database": "OK", "clusters": "OK", "broker": "OK", "management": "OK",
+        "leases": "OK", "keystone": "SKIP", "charts": "OK"}, out
     assert "schema revision b3e1cf4a2d5e accepted" in lines["database"][1]
     assert "v1beta1 line: all 10 resources served" in lines["management"][1]
 
@@ -104,3 +105,23 @@ def test_unreachable_apiserver(env):
     assert rc == 1
     assert lines["management"][0] == "FAIL", out
     assert [k for k, v in lines.items() if v[0] == "FAIL"] == ["management"], out
+
+
+def test_clusters_by_owning_driver(env):
+    """Clusters counted per driver, as Magnum resolves it from the template;
+    a driverless template two installed drivers provide is nobody's: FAIL,
+    naming it. (Runs last: it leaves clusters behind.)"""
+    helm = env.client("template", json.dumps(dict(TEMPLATE, name="helm", driver="k8s_capi_helm_v1")))["uuid"]
+    for t in (env.template, env.template, helm):
+        env.client("python-create", t, json.dumps({"master_count": 1, "node_count": 1}))
+    rc, lines, out = check(env.conf)
+    assert rc == 0, out
+    assert lines["clusters"] == ("OK", "3 clusters: 2 k8s_capi_rust (ours), 1 k8s_capi_helm_v1 (another "
+                                       "driver's: refused, left untouched)"), out
+    conf = variant(env, "others", "[capi]\n", "[capi]\nother_drivers = k8s_capi_helm_v1\n")
+    rc, lines, out = check(conf)
+    assert rc == 1, out
+    assert [k for k, v in lines.items() if v[0] == "FAIL"] == ["clusters"], out
+    assert f"2 of template {env.template}: template {env.template} has no driver and (vm, ubuntu, " \
+           "kubernetes) is provided by k8s_capi_rust, k8s_capi_helm_v1" in lines["clusters"][1], out
+    assert "[capi] other_drivers" in out

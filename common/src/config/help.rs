@@ -120,6 +120,12 @@ pub const HELP: &[(&str, &str, &str)] = &[
     ("conductor", "topic", "The RPC topic magnum-api sends to."),
     (
         "conductor",
+        "legacy_topic",
+        "Topic of Python magnum-conductors running the other drivers' clusters: their requests \
+         are forwarded there (unset: refused with ClusterDriverNotSupported).",
+    ),
+    (
+        "conductor",
         "max_message_bytes",
         "Largest (decompressed) message body accepted.",
     ),
@@ -466,6 +472,13 @@ pub const HELP: &[(&str, &str, &str)] = &[
         "capi",
         "os_distros",
         "Image os_distro values served (the magnum-api driver package reads it too).",
+    ),
+    (
+        "capi",
+        "other_drivers",
+        "The other magnum.drivers entry points installed beside ours on the magnum-api hosts \
+         (k8s_capi_helm_v1, k8s_cluster_api_ubuntu...): decides who owns the clusters of templates \
+         without a driver; a tuple several drivers provide is nobody's (left alone).",
     ),
     (
         "capi",

@@ -66,6 +66,10 @@ pub struct DefaultOpts {
 #[derive(Debug, Clone)]
 pub struct ConductorOpts {
     pub topic: String,
+    /// The topic of Python magnum-conductors that run the other drivers'
+    /// clusters: requests about those clusters are forwarded there (None:
+    /// refused).
+    pub legacy_topic: Option<String>,
     /// Largest request body (after decompression) we decode, in bytes.
     pub max_message_bytes: usize,
 }
@@ -245,6 +249,11 @@ pub struct CapiOpts {
     /// same option the magnum-api driver hook reads from the same
     /// magnum.conf, so API and conductor agree on what is served).
     pub os_distros: Vec<String>,
+    /// The other `magnum.drivers` entry points installed beside ours on
+    /// the magnum-api hosts (k8s_capi_helm_v1, k8s_cluster_api_ubuntu...):
+    /// which driver owns the clusters of a template without a `driver`
+    /// (empty: only ours is installed).
+    pub other_drivers: Vec<String>,
     /// Several conductors coordinate through Leases in the management
     /// cluster (false: a lone conductor, no Lease traffic).
     pub ha_leases: bool,
@@ -365,7 +374,7 @@ const KNOWN: &[(&str, &[&str])] = &[
             "db_max_retry_interval",
         ],
     ),
-    ("conductor", &["topic", "max_message_bytes"]),
+    ("conductor", &["topic", "legacy_topic", "max_message_bytes"]),
     (
         "oslo_messaging_rabbit",
         &[
@@ -445,6 +454,7 @@ const KNOWN: &[(&str, &[&str])] = &[
             "update_timeout",
             "autoscaler_image",
             "os_distros",
+            "other_drivers",
             "ha_leases",
             "leader_election",
             "lease_namespace",
@@ -823,6 +833,7 @@ impl Config {
         };
         let conductor = ConductorOpts {
             topic: c.string("topic", "magnum-conductor"),
+            legacy_topic: c.opt_string("legacy_topic"),
             max_message_bytes: c.int("max_message_bytes", 128 << 20, Some(1024), None)? as usize,
         };
         if conductor.topic.is_empty() {
@@ -830,6 +841,13 @@ impl Config {
                 group: "conductor",
                 name: "topic",
                 reason: "must not be empty".into(),
+            });
+        }
+        if conductor.legacy_topic.as_deref() == Some(conductor.topic.as_str()) {
+            return Err(ConfigError::Invalid {
+                group: "conductor",
+                name: "legacy_topic",
+                reason: "must differ from [conductor] topic (requests would come back here)".into(),
             });
         }
         let r = Group {
@@ -1104,6 +1122,7 @@ impl Config {
                 "registry.k8s.io/autoscaling/cluster-autoscaler",
             ),
             os_distros: cp.list("os_distros", DEFAULT_OS_DISTROS),
+            other_drivers: cp.list("other_drivers", &[]),
             ha_leases: cp.boolean("ha_leases", true)?,
             leader_election: cp.choice("leader_election", "amqp", &["amqp", "lease"])?,
             lease_namespace: cp.string("lease_namespace", "magnum-system"),

@@ -324,9 +324,10 @@ impl Cache {
             .collect()
     }
 
-    /// The Magnum cluster uuid the CAPI Cluster `ns`/`name` carries (our
-    /// `magnum.openstack.org/cluster-uuid` label), if it is cached.
-    pub fn uuid_of(&self, ns: &str, name: &str) -> Option<String> {
+    /// Whether CAPI Cluster `ns`/`name` is cached (outer `Some`) and the
+    /// Magnum cluster uuid it carries (our `magnum.openstack.org/cluster-uuid`
+    /// label; `Some(None)`: a Cluster without it, which another driver made).
+    pub fn uuid_of(&self, ns: &str, name: &str) -> Option<Option<String>> {
         let key = (ns.to_string(), name.to_string());
         let text = self.kinds[Role::Cluster.index()]
             .live
@@ -335,10 +336,12 @@ impl Cache {
             .values()
             .next()?;
         let v: Value = serde_json::from_str(text).ok()?;
-        v.pointer("/metadata/labels")
-            .and_then(|l| l.get(UUID_LABEL))
-            .and_then(Value::as_str)
-            .map(str::to_string)
+        Some(
+            v.pointer("/metadata/labels")
+                .and_then(|l| l.get(UUID_LABEL))
+                .and_then(Value::as_str)
+                .map(str::to_string),
+        )
     }
 
     /// What one kind holds (live).
@@ -479,10 +482,11 @@ mod tests {
             ]
         );
         assert_eq!(
-            c.uuid_of(NS, "k-1").as_deref(),
-            Some("5b7c6a52-6f3e-4b8a-9d3e-0f6a1b2c3d4e")
+            c.uuid_of(NS, "k-1"),
+            Some(Some("5b7c6a52-6f3e-4b8a-9d3e-0f6a1b2c3d4e".to_string()))
         );
-        assert_eq!(c.uuid_of(NS, "k-2"), None);
+        // Cached without our label (another driver's), and not cached.
+        assert_eq!(c.uuid_of(NS, "k-2"), Some(None));
         assert_eq!(c.uuid_of(NS, "k-3"), None);
     }
 

@@ -33,6 +33,7 @@ use crate::capi::render::{self, CapiLine, ClusterInput};
 use crate::capi::status::Observed;
 use crate::metrics::Metrics;
 use crate::mgmt::Applier;
+use crate::ownership::Owner;
 
 pub(super) struct Inner {
     pub(super) db: Db,
@@ -48,6 +49,10 @@ pub(super) struct Inner {
     /// `[capi] os_distros` less what cannot be built (see
     /// [`super::rows::served_distros`]).
     pub(super) served_distros: Vec<String>,
+    /// What decides the owner of a driverless template.
+    pub(super) drivers: crate::ownership::Drivers,
+    /// Template uuid -> its owner, and when that was read.
+    pub(super) owners: Mutex<HashMap<String, (Owner, Instant)>>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     pub(super) leases: super::lease::Leases,
     pub(super) broker: super::elect::ConnectionWatch,
@@ -164,6 +169,10 @@ impl Engine {
                  conductor does not render; clusters of them fail at create"
             );
         }
+        let drivers = crate::ownership::Drivers {
+            ours: s.capi.os_distros.clone(),
+            others: s.capi.other_drivers.clone(),
+        };
         let watches = Watches::spawn(s.client.clone(), s.line, tx.clone(), s.metrics.clone());
         let leases = super::lease::Leases::new(
             s.client.clone(),
@@ -184,6 +193,8 @@ impl Engine {
             metrics: s.metrics,
             notifier: s.notifier,
             served_distros,
+            drivers,
+            owners: Mutex::new(HashMap::new()),
             locks: Mutex::new(HashMap::new()),
             leases,
             broker: s.broker,

@@ -34,6 +34,7 @@ pub mod keystone;
 pub mod leader;
 pub mod lease;
 pub mod nodegroups;
+pub mod owners;
 pub mod plan;
 pub mod reconcile;
 pub mod resume;

@@ -184,15 +184,23 @@ impl Engine {
                 // The CAPI Cluster names its Magnum cluster (our uuid label):
                 // one lookup on the uuid's unique index. (Magnum's schema has
                 // no index on `stack_id`: a select by it reads the table.)
-                if let Some(u) = self.0.watches.uuid_of(ns, name) {
-                    match repo::get(db, &CLUSTER, &Scope::admin(), &u).await {
-                        Ok(c) if ours(&c) => return Ok(Some(c)),
-                        // Its row is gone: nothing to write.
-                        Err(DbError::Magnum { .. }) => return Ok(None),
-                        Err(e) => return Err(e.into()),
-                        // A label that does not match: look it up by name.
-                        Ok(_) => {}
+                match self.0.watches.uuid_of(ns, name) {
+                    Some(Some(u)) => {
+                        return match repo::get(db, &CLUSTER, &Scope::admin(), &u).await {
+                            Ok(c) if ours(&c) => Ok(Some(c)),
+                            // Its row is gone: nothing to write.
+                            Err(DbError::Magnum { .. }) => Ok(None),
+                            Err(e) => Err(e.into()),
+                            // A label naming a cluster that lives elsewhere.
+                            Ok(_) => Ok(None),
+                        };
                     }
+                    // A CAPI Cluster we did not create (another driver's:
+                    // magnum-capi-helm names and places its own as we do).
+                    Some(None) => return Ok(None),
+                    // No CAPI Cluster cached (a delete's machines outlive
+                    // it): find the row by name.
+                    None => {}
                 }
                 repo::select(
                     db,
@@ -212,6 +220,9 @@ impl Engine {
         let Some(found) = self.find(k).await? else {
             return Ok(());
         };
+        if self.leaves_alone("status", &found).await {
+            return Ok(());
+        }
         let uuid = found.get_str("uuid").unwrap_or_default().to_string();
         // An operation running here holds the cluster: look again once it
         // is done (the status worker does not wait: other clusters queue

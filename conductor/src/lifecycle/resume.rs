@@ -53,6 +53,9 @@ impl Engine {
                 }
             };
             for c in clusters {
+                if self.leaves_alone("resume", &c).await {
+                    continue;
+                }
                 let uuid = c.get_str("uuid").unwrap_or_default().to_string();
                 tracing::info!(cluster = %uuid, status, "resuming");
                 self.count(what(status), "resumed");

@@ -314,8 +314,9 @@ impl Watches {
         self.read().clusters()
     }
 
-    /// The Magnum cluster uuid a cached CAPI Cluster carries.
-    pub fn uuid_of(&self, ns: &str, name: &str) -> Option<String> {
+    /// Whether a CAPI Cluster is cached, and the Magnum cluster uuid it
+    /// carries (see [`Cache::uuid_of`]).
+    pub fn uuid_of(&self, ns: &str, name: &str) -> Option<Option<String>> {
         self.read().uuid_of(ns, name)
     }
 }
