@@ -642,34 +642,21 @@ async fn process<H: Handlers>(
         // let the redelivery run again here or on another conductor.
         tracing::warn!(method = label, failure = %outcome_failure(&outcome).unwrap_or_default(), retry_in_s = REQUEUE_DELAY.as_secs(),
             "a dependency is unavailable; the cast goes back to the queue");
-        tokio::time::sleep(REQUEUE_DELAY).await;
-        if let Some(id) = &unique_id {
-            shared.dedup.forget(id);
-        }
-        if let Err(e) = delivery
-            .acker
-            .reject(BasicRejectOptions { requeue: true })
-            .await
-        {
-            // The channel is gone: the broker redelivers it anyway.
-            tracing::warn!(error = %e, "failed to requeue a message");
-        }
+        requeue_later(shared, &delivery, unique_id.as_deref()).await;
     } else {
         if let Outcome::Failure(f) = &outcome
             && kind == "cast"
         {
             tracing::warn!(method = label, failure = %f, "cast failed");
         }
-        if let (Some(msg_id), Some(reply_q)) = (&incoming.msg_id, &incoming.reply_q) {
-            let body = wire_reply::encode_reply(msg_id, &outcome);
-            shared.replier.send(reply_q, msg_id, body, "final").await;
-        }
-        if state != AckState::Acked {
-            ack(&delivery.acker, "done").await;
-        }
-        if let Some(id) = &unique_id {
-            shared.dedup.finish(id);
-        }
+        answer(
+            shared,
+            &delivery,
+            &incoming,
+            &outcome,
+            state != AckState::Acked,
+        )
+        .await;
     }
     m.rpc_inflight.dec();
     m.rpc_messages
@@ -722,43 +709,68 @@ async fn forward<H: Handlers>(
             if kind == "cast" {
                 tracing::warn!(method = label, %topic, %driver, reason = %why, retry_in_s = REQUEUE_DELAY.as_secs(),
                     "cannot forward; the cast goes back to the queue");
-                tokio::time::sleep(REQUEUE_DELAY).await;
-                if let Some(id) = &unique_id {
-                    shared.dedup.forget(id);
-                }
-                if let Err(e) = delivery
-                    .acker
-                    .reject(BasicRejectOptions { requeue: true })
-                    .await
-                {
-                    tracing::warn!(error = %e, "failed to requeue a message");
-                }
+                requeue_later(shared, delivery, unique_id.as_deref()).await;
                 m.rpc_messages
                     .with_label_values(&[label, kind, "requeued"])
                     .inc();
             } else {
                 tracing::warn!(method = label, %topic, %driver, reason = %why, "cannot forward; the call is answered");
-                if let (Some(msg_id), Some(reply_q)) = (&incoming.msg_id, &incoming.reply_q) {
-                    let failure = Outcome::Failure(RemoteFailure::magnum_with_message(
-                        "MagnumException",
-                        &format!(
-                            "{label} is about a cluster of the {driver} driver, which this \
-                             conductor forwards to topic {topic}, and the forward failed: {why}"
-                        ),
-                        Default::default(),
-                    ));
-                    let body = wire_reply::encode_reply(msg_id, &failure);
-                    shared.replier.send(reply_q, msg_id, body, "final").await;
-                }
-                ack(&delivery.acker, "forward failed").await;
-                if let Some(id) = &unique_id {
-                    shared.dedup.finish(id);
-                }
+                let failure = Outcome::Failure(RemoteFailure::magnum_with_message(
+                    "MagnumException",
+                    &format!(
+                        "{label} is about a cluster of the {driver} driver, which this \
+                         conductor forwards to topic {topic}, and the forward failed: {why}"
+                    ),
+                    Default::default(),
+                ));
+                answer(shared, delivery, incoming, &failure, true).await;
                 m.rpc_messages
                     .with_label_values(&[label, kind, "failure"])
                     .inc();
             }
         }
+    }
+}
+
+/// Hand a cast back to the broker after [`REQUEUE_DELAY`] (so an outage
+/// is not a hot loop), for a redelivery here or on another conductor.
+async fn requeue_later<H: Handlers>(
+    shared: &Shared<H>,
+    delivery: &Delivery,
+    unique_id: Option<&str>,
+) {
+    tokio::time::sleep(REQUEUE_DELAY).await;
+    if let Some(id) = unique_id {
+        shared.dedup.forget(id);
+    }
+    if let Err(e) = delivery
+        .acker
+        .reject(BasicRejectOptions { requeue: true })
+        .await
+    {
+        // The channel is gone: the broker redelivers it anyway.
+        tracing::warn!(error = %e, "failed to requeue a message");
+    }
+}
+
+/// The end of a handled message: the reply (calls), the acknowledgement
+/// (unless already given) and the duplicate filter's record.
+async fn answer<H: Handlers>(
+    shared: &Shared<H>,
+    delivery: &Delivery,
+    incoming: &Incoming,
+    outcome: &Outcome,
+    acknowledge: bool,
+) {
+    if let (Some(msg_id), Some(reply_q)) = (&incoming.msg_id, &incoming.reply_q) {
+        let body = wire_reply::encode_reply(msg_id, outcome);
+        shared.replier.send(reply_q, msg_id, body, "final").await;
+    }
+    if acknowledge {
+        ack(&delivery.acker, "done").await;
+    }
+    if let Some(id) = &incoming.unique_id {
+        shared.dedup.finish(id);
     }
 }
 

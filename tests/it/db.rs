@@ -39,6 +39,24 @@ async fn fresh_db() -> (MySqlPool, String) {
     (pool, name)
 }
 
+/// A fresh database behind a `Db` that retries once, at once (the repo
+/// tests: no outage to ride out).
+async fn fresh_repo_db() -> (Db, String) {
+    let (pool, name) = fresh_db().await;
+    let db = Db::from_pool(
+        pool,
+        RetryPolicy {
+            max_retries: 1,
+            interval: Duration::ZERO,
+            increase: false,
+            max_interval: Duration::ZERO,
+        },
+    )
+    .await
+    .unwrap();
+    (db, name)
+}
+
 async fn drop_db(name: &str) {
     if let Ok(admin) = pool_for("", 1).await {
         let _ = admin
@@ -235,18 +253,7 @@ async fn names_conflicts_and_deletes() {
     use common::db::repo::{self, Scope};
     use rpc_schema::ovo::{CLUSTER as CLUSTER_CLASS, MagnumObject};
     use serde_json::json;
-    let (pool, name) = fresh_db().await;
-    let db = Db::from_pool(
-        pool,
-        RetryPolicy {
-            max_retries: 1,
-            interval: Duration::ZERO,
-            increase: false,
-            max_interval: Duration::ZERO,
-        },
-    )
-    .await
-    .unwrap();
+    let (db, name) = fresh_repo_db().await;
     let mut uuids = Vec::new();
     for _ in 0..2 {
         let mut c = MagnumObject::new(&CLUSTER_CLASS);
@@ -329,18 +336,7 @@ async fn writes_only_if_unchanged_since_read() {
     use common::db::repo::{self, Scope};
     use rpc_schema::ovo::{CLUSTER as CLUSTER_CLASS, MagnumObject};
     use serde_json::json;
-    let (pool, name) = fresh_db().await;
-    let db = Db::from_pool(
-        pool,
-        RetryPolicy {
-            max_retries: 1,
-            interval: Duration::ZERO,
-            increase: false,
-            max_interval: Duration::ZERO,
-        },
-    )
-    .await
-    .unwrap();
+    let (db, name) = fresh_repo_db().await;
     let mut c = MagnumObject::new(&CLUSTER_CLASS);
     let u = uuid::Uuid::new_v4().to_string();
     c.set("uuid", json!(u)).unwrap();
