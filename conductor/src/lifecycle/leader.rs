@@ -145,7 +145,7 @@ impl Engine {
     async fn take_over(&self, uuid: &str) {
         let name = super::lease::cluster_lease(uuid);
         match self.cluster(uuid).await {
-            Ok(c) if self.leaves_alone("takeover", &c).await => {}
+            Ok(c) if matches!(self.leaves_alone("takeover", &c).await, Ok(true)) => {}
             Ok(c) => {
                 tracing::warn!(cluster = %uuid, status = c.get_str("status").unwrap_or_default(),
                     "its conductor stopped renewing the cluster's lease: resuming here");

@@ -91,20 +91,19 @@ impl Engine {
     }
 
     /// Whether the status worker or the resume leaves `cluster` alone
-    /// (another driver's); a database error answers "yes, for now".
-    pub(super) async fn leaves_alone(&self, what: &str, cluster: &MagnumObject) -> bool {
-        let uuid = cluster.get_str("uuid").unwrap_or_default();
-        match self.owner(cluster).await {
-            Ok(o) if o.is_ours() => false,
-            Ok(o) => {
-                self.skipped(what, uuid, &o);
-                true
-            }
-            Err(e) => {
-                tracing::warn!(cluster = %uuid, error = %e, "cannot read the cluster's template; left for later");
-                true
-            }
+    /// (another driver's: counted and logged). An error (the database)
+    /// decides nothing: the caller tries again later.
+    pub(super) async fn leaves_alone(
+        &self,
+        what: &str,
+        cluster: &MagnumObject,
+    ) -> Result<bool, DbError> {
+        let o = self.owner(cluster).await?;
+        if o.is_ours() {
+            return Ok(false);
         }
+        self.skipped(what, cluster.get_str("uuid").unwrap_or_default(), &o);
+        Ok(true)
     }
 
     /// Before a request on cluster `uuid` does anything: None if the

@@ -220,7 +220,8 @@ impl Engine {
         let Some(found) = self.find(k).await? else {
             return Ok(());
         };
-        if self.leaves_alone("status", &found).await {
+        // (A database error is retried as any status pass's.)
+        if self.leaves_alone("status", &found).await? {
             return Ok(());
         }
         let uuid = found.get_str("uuid").unwrap_or_default().to_string();

@@ -53,7 +53,8 @@ impl Engine {
                 }
             };
             for c in clusters {
-                if self.leaves_alone("resume", &c).await {
+                // Undecided (database): resume_one decides again.
+                if matches!(self.leaves_alone("resume", &c).await, Ok(true)) {
                     continue;
                 }
                 let uuid = c.get_str("uuid").unwrap_or_default().to_string();
@@ -67,6 +68,22 @@ impl Engine {
     /// Resume one cluster's operation from its row (see the module docs).
     pub(super) async fn resume_one(&self, c: &MagnumObject) {
         let uuid = c.get_str("uuid").unwrap_or_default().to_string();
+        // Another driver's cluster is never resumed; when its owner cannot
+        // be read now, try again after a pause.
+        match self.leaves_alone("resume", c).await {
+            Ok(false) => {}
+            Ok(true) => return,
+            Err(e) if e.is_transient() => {
+                tracing::warn!(cluster = %uuid, error = %e, retry_in_s = RESUME_DELAY.as_secs(),
+                    "cannot read the cluster's template: resuming later");
+                self.resume_later(&uuid);
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(cluster = %uuid, error = %e, "cannot read the cluster's template: not resumed");
+                return;
+            }
+        }
         match c.get_str("status").unwrap_or_default() {
             "CREATE_IN_PROGRESS" => {
                 let mut run = Run::begin(self, Op::Create, &uuid, None, None).await;
