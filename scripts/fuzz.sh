@@ -106,7 +106,7 @@ merge() {
     local tmp; tmp="$(mktemp -d)"
     (cd fuzz && cargo +nightly fuzz run -s none "$t" "$tmp" "corpus/$t" "corpus-new/$t" -- -merge=1) >/dev/null 2>&1
     rm -rf "fuzz/corpus/$t" && mkdir -p "fuzz/corpus/$t" && cp "$tmp"/* "fuzz/corpus/$t/" && rm -rf "$tmp"
-    echo "$t: $(ls "fuzz/corpus/$t" | wc -l) inputs"
+    echo "$t: $(find "fuzz/corpus/$t" -type f | wc -l) inputs"
   done
 }
 

@@ -10,7 +10,7 @@ cmd="${1:?start|stop}" dir="${2:?DIR}"
 venv="${KEYSTONE_VENV:-$HOME/.cache/magnum-conductor-rs/venv-keystone-30.0.0}"
 case "$cmd" in
 stop)
-  [ -f "$dir/gunicorn.pid" ] && kill -TERM "$(cat "$dir/gunicorn.pid")" 2>/dev/null || true
+  if [ -f "$dir/gunicorn.pid" ]; then kill -TERM "$(cat "$dir/gunicorn.pid")" 2>/dev/null || true; fi
   for _ in $(seq 1 50); do [ -f "$dir/gunicorn.pid" ] || exit 0; sleep 0.1; done
   exit 0 ;;
 start) ;;

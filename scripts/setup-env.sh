@@ -49,6 +49,8 @@ command -v kubectl >/dev/null 2>&1 || apt_install kubernetes-client
 command -v xz >/dev/null 2>&1 || apt_install xz-utils
 command -v openssl >/dev/null 2>&1 || apt_install openssl
 command -v setsid >/dev/null 2>&1 || apt_install util-linux
+# Lint of scripts/ (scripts/test-all.sh).
+command -v shellcheck >/dev/null 2>&1 || apt_install shellcheck
 
 if ! rabbitmqctl -q status >/dev/null 2>&1; then
   log "starting RabbitMQ"
@@ -104,12 +106,17 @@ fi
 # ansible-core for the deploy role's test (tests/python/test_ansible.py).
 ANS_VENV="${ANSIBLE_VENV:-$HOME/.cache/magnum-conductor-rs/venv-ansible-core-2.17}"
 ANS_REQS="ansible-core>=2.17,<2.18"
+# ansible-lint, as openstack-ansible's role CI runs it (production profile);
+# apart from the role test's venv (ansible-lint would move its ansible-core).
+LINT_VENV="${ANSIBLE_LINT_VENV:-$HOME/.cache/magnum-conductor-rs/venv-ansible-lint-25.1.3}"
+LINT_REQS="ansible-lint==25.1.3 ansible-core>=2.17,<2.18"
 make_venv "$VENV" "$PY_REQS"
 make_venv "$VENV22" "$PY22_REQS"
 make_venv "$KS_VENV" "$KS_REQS"
 make_venv "$API_VENV" "$API_REQS"
 make_venv "$API22_VENV" "$API22_REQS"
 make_venv "$ANS_VENV" "$ANS_REQS"
+make_venv "$LINT_VENV" "$LINT_REQS"
 install_driver "$API_VENV"
 install_driver "$API22_VENV"
-echo "export MAGNUM_VENV=$VENV MAGNUM22_VENV=$VENV22 KEYSTONE_VENV=$KS_VENV MAGNUM_API_VENV=$API_VENV MAGNUM22_API_VENV=$API22_VENV PROMETHEUS_DIR=$PROM_DIR ANSIBLE_VENV=$ANS_VENV"
+echo "export MAGNUM_VENV=$VENV MAGNUM22_VENV=$VENV22 KEYSTONE_VENV=$KS_VENV MAGNUM_API_VENV=$API_VENV MAGNUM22_API_VENV=$API22_VENV PROMETHEUS_DIR=$PROM_DIR ANSIBLE_VENV=$ANS_VENV ANSIBLE_LINT_VENV=$LINT_VENV"

@@ -13,6 +13,9 @@ cargo fmt --all -- --check
 echo "== cargo clippy (as released, and with the crash points)"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo clippy --workspace --all-targets --quiet --features conductor/failpoints -- -D warnings
+echo "== lint: shellcheck (scripts), ansible-lint production profile (deploy/ansible)"
+shellcheck scripts/*.sh .ci/run
+(cd deploy/ansible && PATH="$ANSIBLE_LINT_VENV/bin:$PATH" ansible-lint --profile production --offline --nocolor -q)
 echo "== no crash-point code in a build without the failpoints feature"
 cargo build -p conductor --bin magnum-conductor --quiet
 if grep -a -q -e MAGNUM_CONDUCTOR_FAILPOINT -e "failpoint reached" target/debug/magnum-conductor; then

@@ -38,7 +38,7 @@ impl Line {
             hint: None,
         }
     }
-    fn fail(what: &'static str, detail: impl Into<String>, hint: impl Into<String>) -> Line {
+    pub fn fail(what: &'static str, detail: impl Into<String>, hint: impl Into<String>) -> Line {
         Line {
             status: Status::Fail,
             what,
@@ -134,6 +134,7 @@ pub async fn run(cfg: &Config) -> Vec<Line> {
         "config",
         format!("{} parsed", cfg.files.join(", ")),
     )];
+    out.extend(startup(cfg));
     out.push(database(cfg).await);
     out.push(clusters_by_driver(cfg).await);
     out.push(broker(cfg).await);
@@ -141,6 +142,27 @@ pub async fn run(cfg: &Config) -> Vec<Line> {
     out.push(keystone(cfg).await);
     out.push(charts(cfg));
     out
+}
+
+/// What startup refuses before connecting ([`crate::startup`]): one FAIL
+/// line each, else one OK line saying what was checked.
+fn startup(cfg: &Config) -> Vec<Line> {
+    let refused = crate::startup::refusals(cfg, true);
+    if refused.is_empty() {
+        let listen = cfg
+            .metrics
+            .listen
+            .map(|a| format!(", [metrics] listen {a} free"))
+            .unwrap_or_default();
+        return vec![Line::ok(
+            "startup",
+            format!("log destination usable, certificates in x509keypair{listen}"),
+        )];
+    }
+    refused
+        .into_iter()
+        .map(|r| Line::fail(r.name, r.detail, r.fix))
+        .collect()
 }
 
 async fn database(cfg: &Config) -> Line {
@@ -200,6 +222,7 @@ pub fn drivers_line(
     templates: &[TemplateCount],
     missing: i64,
     drivers: &crate::ownership::Drivers,
+    legacy_topic: Option<&str>,
 ) -> Line {
     use crate::ownership::{OUR_DRIVER, Owner, owner};
     let mut by: std::collections::BTreeMap<String, i64> = Default::default();
@@ -226,9 +249,14 @@ pub fn drivers_line(
         parts.push(format!("{n} {OUR_DRIVER} (ours)"));
     }
     let unknown_n = by.remove("unknown");
+    let fate = match legacy_topic {
+        Some(t) => format!("forwarded to topic {t}"),
+        None => "refused".to_string(),
+    };
     for (d, n) in &by {
         parts.push(format!(
-            "{n} {d} (another driver's: refused, left untouched)"
+            "{n} {d} (another driver's: {fate}, left untouched; \
+             `magnum-conductor adopt --dry-run` tells which can be adopted)"
         ));
     }
     if let Some(n) = unknown_n {
@@ -295,7 +323,9 @@ async fn clusters_by_driver(cfg: &Config) -> Line {
         others: cfg.capi.other_drivers.clone(),
     };
     match tokio::time::timeout(Duration::from_secs(15), read).await {
-        Ok(Ok((t, missing))) => drivers_line(&t, missing, &drivers),
+        Ok(Ok((t, missing))) => {
+            drivers_line(&t, missing, &drivers, cfg.conductor.legacy_topic.as_deref())
+        }
         Ok(Err(e)) => Line::skip("clusters", format!("cannot read the clusters: {e}")),
         Err(_) => Line::skip("clusters", "the database did not answer within 15 s"),
     }
@@ -517,12 +547,27 @@ mod tests {
             ],
             0,
             &d,
+            None,
         );
         assert_eq!(l.status, Status::Ok);
         assert_eq!(
             l.detail,
             "9 clusters: 5 k8s_capi_rust (ours), 4 k8s_capi_helm_v1 (another driver's: refused, \
-             left untouched)"
+             left untouched; `magnum-conductor adopt --dry-run` tells which can be adopted)"
+        );
+        let l = drivers_line(
+            &[(t("c", Some("k8s_capi_helm_v1"), "ubuntu"), 4)],
+            0,
+            &d,
+            Some("magnum-conductor-legacy"),
+        );
+        assert!(
+            l.detail.starts_with(
+                "4 clusters: 4 k8s_capi_helm_v1 (another driver's: forwarded to topic \
+                 magnum-conductor-legacy, left untouched;"
+            ),
+            "{}",
+            l.detail
         );
         // A driverless template two installed drivers provide, and a
         // cluster whose template is gone: nobody's, and said so.
@@ -530,7 +575,7 @@ mod tests {
             ours: vec!["ubuntu".into()],
             others: vec!["k8s_capi_helm_v1".into()],
         };
-        let l = drivers_line(&[(t("b", None, "ubuntu"), 2)], 1, &d);
+        let l = drivers_line(&[(t("b", None, "ubuntu"), 2)], 1, &d, None);
         assert_eq!(l.status, Status::Fail);
         assert!(
             l.detail.starts_with("3 clusters: 3 of no known driver"),
@@ -543,7 +588,7 @@ mod tests {
             "{}",
             l.detail
         );
-        assert_eq!(drivers_line(&[], 0, &d).detail, "no clusters");
+        assert_eq!(drivers_line(&[], 0, &d, None).detail, "no clusters");
     }
 
     #[test]

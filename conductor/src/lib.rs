@@ -11,6 +11,7 @@
 //!   indirection API (every object call of a console-script magnum-api);
 //! - [`metrics`] and [`http`]: Prometheus metrics, health and readiness.
 
+pub mod adopt;
 pub mod amqp;
 pub mod ca;
 pub mod capi;
@@ -30,4 +31,5 @@ pub mod notify;
 pub mod ownership;
 pub mod reply;
 pub mod server;
+pub mod startup;
 pub mod topology;

@@ -253,6 +253,20 @@ impl Handle {
     }
 }
 
+/// What [`init`] would refuse, checked without installing anything: the
+/// log file opened for appending (created as `init` creates it), the
+/// journal's socket reached.
+pub fn check(opts: &DefaultOpts) -> Result<(), String> {
+    if let Some(p) = log_path(opts) {
+        LogFile::open(&p).map_err(|e| format!("cannot open log file {}: {e}", p.display()))?;
+    }
+    if opts.use_journal {
+        Journal::connect(Path::new(JOURNAL_SOCKET))
+            .map_err(|e| format!("use_journal: cannot reach {JOURNAL_SOCKET}: {e}"))?;
+    }
+    Ok(())
+}
+
 /// Install the subscriber. An unusable log file or journal is an error
 /// (the caller says so and stops, as oslo.log would raise).
 pub fn init(opts: &DefaultOpts) -> Result<Handle, String> {

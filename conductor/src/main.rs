@@ -44,6 +44,23 @@ enum Command {
     /// Print every option this conductor reads, with its default and help,
     /// in oslo-config-generator's sample format.
     ConfigSample,
+    /// Take over CLUSTER (uuid or name), a running cluster another driver
+    /// created: prints the plan (objects owned, created or kept; machines
+    /// that would be replaced: an adoption replaces none), then marks its
+    /// objects and switches its row to a copy of its template with this
+    /// conductor's driver. Exit 0: adopted, adoptable (--dry-run), undone
+    /// or already ours; 1: refused, with the reasons; 2: it could not be
+    /// read or written.
+    Adopt {
+        /// The cluster's uuid, or its name when only one has it.
+        cluster: String,
+        /// Show the plan and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Give an adopted cluster back to its driver (before any upgrade).
+        #[arg(long)]
+        undo: bool,
+    },
 }
 
 fn init_logging(debug: bool) {
@@ -115,13 +132,24 @@ fn main() -> ExitCode {
     };
     let cfg = match Config::load(&files, &args.config_dir) {
         Ok(c) => c,
+        // The preflight reports it as it reports everything startup refuses.
+        Err(e) if matches!(args.command, Some(Command::Check)) => {
+            let line = conductor::check::Line::fail(
+                "config",
+                e.to_string(),
+                "fix the option named (magnum-conductor config-sample lists every option with \
+                 its type and default)",
+            );
+            println!("{}", line.render());
+            return ExitCode::FAILURE;
+        }
         Err(e) => {
             init_logging(false);
             eprintln!("magnum-conductor: {e}");
             return ExitCode::from(2);
         }
     };
-    let log_handle = if matches!(args.command, Some(Command::Check)) {
+    let log_handle = if matches!(args.command, Some(Command::Check | Command::Adopt { .. })) {
         init_check_logging();
         conductor::logging::Handle::default()
     } else {
@@ -161,8 +189,33 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
         }),
+        Some(Command::Adopt {
+            cluster,
+            dry_run,
+            undo,
+        }) => runtime.block_on(adopt(cfg, cluster, dry_run, undo)),
         None => runtime.block_on(run(cfg, log_handle)),
     }
+}
+
+async fn adopt(cfg: Config, cluster: String, dry_run: bool, undo: bool) -> ExitCode {
+    use conductor::adopt::{Mode, run};
+    let mode = match (dry_run, undo) {
+        (true, true) => {
+            eprintln!("magnum-conductor: adopt: --dry-run and --undo exclude each other");
+            return ExitCode::from(2);
+        }
+        (true, false) => Mode::DryRun,
+        (false, true) => Mode::Undo,
+        (false, false) => Mode::Adopt,
+    };
+    let (code, report) = run(&cfg, &cluster, mode).await;
+    if code == 2 {
+        eprint!("magnum-conductor: {report}");
+    } else {
+        print!("{report}");
+    }
+    ExitCode::from(code)
 }
 
 async fn db_create(cfg: Config, revision: String) -> ExitCode {
@@ -321,8 +374,10 @@ fn reopen_logs_on_sighup(handle: conductor::logging::Handle) {
 async fn run(cfg: Config, log_handle: conductor::logging::Handle) -> ExitCode {
     reopen_logs_on_sighup(log_handle);
     conductor::memory::spawn_trimmer(conductor::memory::TRIM_EVERY);
-    if let Err(e) = cfg.cert_manager.check() {
-        eprintln!("magnum-conductor: {e}");
+    // (The log destination was checked by installing it.)
+    if let Some(r) = conductor::startup::refusals(&cfg, false).first() {
+        eprintln!("magnum-conductor: {}", r.detail);
+        tracing::error!(check = r.name, "{}; fix: {}", r.detail, r.fix);
         return ExitCode::from(2);
     }
     let cfg = Arc::new(cfg);

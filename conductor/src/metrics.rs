@@ -401,7 +401,61 @@ impl Metrics {
                 option_env!("MAGNUM_CONDUCTOR_REVISION").unwrap_or("unknown"),
             ])
             .set(1);
+        m.init_known();
         m
+    }
+
+    /// Export every label set known in advance at 0, so a series exists
+    /// from the start: `increase()` sees its first event, dashboards show
+    /// 0 rather than "No data" (Prometheus' instrumentation guidance).
+    /// Watch kinds are added when their watches start.
+    fn init_known(&self) {
+        use rpc_schema::methods::{METHODS, Usage};
+        for spec in METHODS {
+            let kinds: &[&str] = match spec.usage {
+                Usage::Call => &["call"],
+                Usage::Cast => &["cast"],
+                Usage::Both => &["call", "cast"],
+            };
+            for kind in kinds {
+                for outcome in ["ok", "failure"] {
+                    self.rpc_messages
+                        .with_label_values(&[spec.name, kind, outcome]);
+                }
+                if *kind == "cast" {
+                    self.rpc_messages
+                        .with_label_values(&[spec.name, kind, "requeued"]);
+                }
+            }
+            self.rpc_duration.with_label_values(&[spec.name]);
+        }
+        for op in OPERATIONS {
+            for outcome in ["started", "failed"] {
+                self.cluster_operations.with_label_values(&[op, outcome]);
+            }
+            self.lease_busy.with_label_values(&[op]);
+        }
+        for op in ["create", "update"] {
+            for outcome in ["complete", "failed"] {
+                self.operation_duration.with_label_values(&[op, outcome]);
+            }
+        }
+        self.zero_clusters();
+    }
+
+    /// `clusters{status}` at 0 for every status Magnum has (what a
+    /// conductor that is not the status leader exports).
+    pub fn zero_clusters(&self) {
+        self.clusters.reset();
+        for s in CLUSTER_STATUSES {
+            self.clusters.with_label_values(&[s]).set(0);
+        }
+    }
+
+    /// A watch of `kind` started: its series exist from now on.
+    pub fn watch_started(&self, kind: &str) {
+        self.watch_events.with_label_values(&[kind]);
+        self.watch_errors.with_label_values(&[kind]);
     }
 
     /// The text exposition of our metrics plus the process metrics.
@@ -415,6 +469,41 @@ impl Metrics {
         String::from_utf8(buf).unwrap_or_default()
     }
 }
+
+/// The `operation` label of cluster operations (`lifecycle::runner::Op::name`).
+pub const OPERATIONS: [&str; 9] = [
+    "create",
+    "delete",
+    "update",
+    "resize",
+    "upgrade",
+    "nodegroup_create",
+    "nodegroup_update",
+    "nodegroup_delete",
+    "credential_rotate",
+];
+
+/// Magnum's cluster statuses (`magnum/objects/fields.py`, `ClusterStatus.ALL`).
+pub const CLUSTER_STATUSES: [&str; 18] = [
+    "CREATE_IN_PROGRESS",
+    "CREATE_FAILED",
+    "CREATE_COMPLETE",
+    "UPDATE_IN_PROGRESS",
+    "UPDATE_FAILED",
+    "UPDATE_COMPLETE",
+    "DELETE_IN_PROGRESS",
+    "DELETE_FAILED",
+    "DELETE_COMPLETE",
+    "RESUME_COMPLETE",
+    "RESUME_FAILED",
+    "RESTORE_COMPLETE",
+    "ROLLBACK_IN_PROGRESS",
+    "ROLLBACK_FAILED",
+    "ROLLBACK_COMPLETE",
+    "SNAPSHOT_COMPLETE",
+    "CHECK_COMPLETE",
+    "ADOPT_COMPLETE",
+];
 
 impl Default for Metrics {
     fn default() -> Self {

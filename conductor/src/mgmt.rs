@@ -153,8 +153,20 @@ impl Applier {
     }
 
     /// Apply one object (Strict field validation: a typo is an error, not a
-    /// silently pruned field). Returns the object as stored.
+    /// silently pruned field). Returns the object as stored. A field
+    /// another manager set to another value is a conflict (409).
     pub async fn apply(&self, obj: &Value) -> Result<DynamicObject, MgmtError> {
+        self.apply_with(obj, false).await
+    }
+
+    /// Apply one object taking its fields over from whoever set them: only
+    /// for the objects of a cluster `adopt` took from another driver (Helm
+    /// wrote them; this conductor manages them now).
+    pub async fn apply_taking_over(&self, obj: &Value) -> Result<DynamicObject, MgmtError> {
+        self.apply_with(obj, true).await
+    }
+
+    async fn apply_with(&self, obj: &Value, force: bool) -> Result<DynamicObject, MgmtError> {
         let av = obj["apiVersion"]
             .as_str()
             .ok_or(MgmtError::Malformed("apiVersion"))?;
@@ -168,6 +180,7 @@ impl Applier {
             None => Api::all_with(self.client.clone(), &ar),
         };
         let mut pp = PatchParams::apply(FIELD_MANAGER);
+        pp.force = force;
         pp.field_validation = Some(ValidationDirective::Strict);
         let patch = Patch::Apply(obj);
         Ok(with_retries("apply", || api.patch(name, &pp, &patch)).await?)

@@ -52,10 +52,12 @@ fn input(line: CapiLine) -> ClusterInput {
             set_replicas: true,
             rollout: Rollout::default(),
             held_template: None,
+            adopted_labels: None,
             docker_volume_gb: None,
             node_labels: BTreeMap::new(),
             node_taints: vec![],
         }],
+        adopted: None,
     }
 }
 

@@ -59,12 +59,14 @@ fn input(line: CapiLine, extra: &[(&str, &str)], fixed: bool) -> ClusterInput {
             set_replicas: true,
             rollout: Rollout::default(),
             held_template: None,
+            adopted_labels: None,
             docker_volume_gb: Some(20),
             node_labels: [("tier".to_string(), "web".to_string())]
                 .into_iter()
                 .collect(),
             node_taints: vec![("dedicated".into(), Some("gpu".into()), "NoSchedule".into())],
         }],
+        adopted: None,
     }
 }
 

@@ -45,7 +45,7 @@ def test_a_good_setup_passes(env):
     rc, lines, out = check(env.conf)
     assert rc == 0, out
     assert {k: v[0] for k, v in lines.items()} == {
-        "config": "OK", "database": "OK", "clusters": "OK", "broker": "OK", "management": "OK",
+        "config": "OK", "startup": "OK", "database": "OK", "clusters": "OK", "broker": "OK", "management": "OK",
         "leases": "OK", "keystone": "SKIP", "charts": "OK"}, out
     assert "schema revision b3e1cf4a2d5e accepted" in lines["database"][1]
     assert "v1beta1 line: all 10 resources served" in lines["management"][1]
@@ -117,7 +117,8 @@ def test_clusters_by_owning_driver(env):
     rc, lines, out = check(env.conf)
     assert rc == 0, out
     assert lines["clusters"] == ("OK", "3 clusters: 2 k8s_capi_rust (ours), 1 k8s_capi_helm_v1 (another "
-                                       "driver's: refused, left untouched)"), out
+                                       "driver's: refused, left untouched; `magnum-conductor adopt --dry-run` "
+                                       "tells which can be adopted)"), out
     conf = variant(env, "others", "[capi]\n", "[capi]\nother_drivers = k8s_capi_helm_v1\n")
     rc, lines, out = check(conf)
     assert rc == 1, out
@@ -125,3 +126,51 @@ def test_clusters_by_owning_driver(env):
     assert f"2 of template {env.template}: template {env.template} has no driver and (vm, ubuntu, " \
            "kubernetes) is provided by k8s_capi_rust, k8s_capi_helm_v1" in lines["clusters"][1], out
     assert "[capi] other_drivers" in out
+
+
+def startup_and_check(conf):
+    """The conductor's own startup on `conf` (it must stop, not hang), then
+    `check` on the same file."""
+    p = subprocess.run([CONDUCTOR_BIN, "--config-file", conf], capture_output=True, text=True, timeout=90)
+    return p.returncode, p.stderr, check(conf)
+
+
+def test_check_fails_wherever_startup_stops(env):
+    """Every configuration startup refuses (issue 23: `check` = startup):
+    the conductor exits non-zero, `check` prints FAIL on the matching line
+    with a fix and exits 1. (Leases refused by RBAC are not produced here:
+    the test kubeconfig is the apiserver's admin.)"""
+    import socket
+
+    held = socket.socket()
+    # (as the conductor binds: the port may hold TIME_WAIT connections of the stopped one)
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    port = int(re.search(r"listen = 127\.0\.0\.1:(\d+)", open(env.conf).read()).group(1))
+    cases = [
+        ("config", variant(env, "bad-int", "lease_duration = 5", "lease_duration = soon")),
+        ("logging", variant(env, "log", "host = test-host", "host = test-host\nlog_dir = /nonexistent/magnum\nlog_file = c.log")),
+        ("certificates", variant(env, "barbican", "cert_manager_type = x509keypair", "cert_manager_type = barbican")),
+        ("metrics", env.conf),
+        ("credentials", variant(env, "creds", "static_application_credential_secret = not-a-real-secret",
+                                "static_application_credential_secret =\n[keystone_auth]\ncafile = /nonexistent/ca.pem")),
+        ("database", variant(env, "db", "[database]\nconnection = mysql+pymysql://root@127.0.0.1:3306/",
+                             "[database]\nmax_retries = 0\nconnection = mysql+pymysql://root@127.0.0.1:1/")),
+        ("management", variant(env, "mgmt", "kubeconfig = ", "kubeconfig = /nonexistent/kubeconfig\n#")),
+    ]
+    try:
+        for name, conf in cases:
+            if name == "metrics":
+                held.bind(("127.0.0.1", port))
+                held.listen(1)
+            rc, err, (crc, lines, out) = startup_and_check(conf)
+            assert rc != 0, (name, err)
+            assert crc == 1, (name, out)
+            assert lines.get(name, ("?",))[0] == "FAIL", (name, out)
+            assert re.search(rf"^FAIL\s+{name}\s.*\n\s+fix: \S", out, re.M), (name, out)
+            if name == "metrics":
+                held.close()
+    finally:
+        held.close()
+    # And the good configuration passes both ways (check; startup is every other test).
+    rc, lines, out = check(env.conf)
+    assert rc == 0 and lines["startup"][0] == "OK", out

@@ -75,6 +75,24 @@ pub struct WorkerGroup {
     /// the machine template the MachineDeployment has now, kept as it is
     /// (workers never run a newer Kubernetes than the control plane).
     pub held_template: Option<Value>,
+    /// A group another driver made and `adopt` handed over: the labels of
+    /// its MachineDeployment's machine template as observed. Its selector
+    /// and health check stay as they are, and a template of ours keeps
+    /// these labels (the selector matches them).
+    pub adopted_labels: Option<Value>,
+}
+
+/// What a cluster another driver made keeps once adopted (see
+/// `crate::adopt`): its objects stay as that driver left them except for
+/// what an operation must change.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Adopted {
+    /// The driver that made it.
+    pub driver: String,
+    /// The KubeadmControlPlane's machine template reference as observed,
+    /// kept while the control plane's version is unchanged (no machine is
+    /// replaced); `None`: ours is rendered (an upgrade replaces them all).
+    pub control_plane_template: Option<Value>,
 }
 
 /// Everything the rendering needs, already resolved and validated.
@@ -100,6 +118,8 @@ pub struct ClusterInput {
     pub dns_nameservers: Vec<String>,
     pub master_lb_enabled: bool,
     pub workers: Vec<WorkerGroup>,
+    /// Set for a cluster another driver made (`adopt`).
+    pub adopted: Option<Adopted>,
 }
 
 pub const UUID_LABEL: &str = "magnum.openstack.org/cluster-uuid";
@@ -107,6 +127,16 @@ pub const PROJECT_LABEL: &str = "magnum.openstack.org/project-id";
 pub const NODEGROUP_LABEL: &str = "magnum.openstack.org/nodegroup";
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
+/// What CAPI's MachineSet controller labels a MachineDeployment's Machines with.
+pub const DEPLOYMENT_NAME_LABEL: &str = "cluster.x-k8s.io/deployment-name";
+/// On a CAPI Cluster (and its control plane and MachineDeployments) that
+/// `adopt` took over from another driver: that driver's name.
+pub const ADOPTED_ANNOTATION: &str = "magnum.openstack.org/adopted-from";
+/// On an adopted CAPI Cluster: the template its row had before (`adopt --undo`).
+pub const ADOPTED_TEMPLATE_ANNOTATION: &str = "magnum.openstack.org/adopted-template";
+/// On an adopted CAPI Cluster: the template `adopt` made for it (a copy of
+/// the one before, with this conductor's driver).
+pub const ADOPTED_TWIN_ANNOTATION: &str = "magnum.openstack.org/adopted-as-template";
 /// CAPI machines annotated with this are removed first on scale-down
 /// (MachineSet delete policies and KubeadmControlPlane both honour it).
 pub const DELETE_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/delete-machine";
@@ -389,10 +419,19 @@ pub fn control_plane_template_name(c: &ClusterInput) -> String {
 pub fn render_control_plane(c: &ClusterInput) -> Vec<Value> {
     let s = &c.stack_id;
     let cp_name = object_name(s, "control-plane");
-    let cp_template = control_plane_template_name(c);
-    let mut out = vec![
-        json!({"apiVersion": INFRA, "kind": "OpenStackMachineTemplate", "metadata": c.meta(&cp_template, &[]), "spec": control_plane_machine(c)}),
-    ];
+    let held = c
+        .adopted
+        .as_ref()
+        .and_then(|a| a.control_plane_template.clone());
+    let mut out = Vec::new();
+    let infra_ref = match held {
+        Some(r) => r,
+        None => {
+            let cp_template = control_plane_template_name(c);
+            out.push(json!({"apiVersion": INFRA, "kind": "OpenStackMachineTemplate", "metadata": c.meta(&cp_template, &[]), "spec": control_plane_machine(c)}));
+            c.reference(INFRA, "OpenStackMachineTemplate", &cp_template)
+        }
+    };
     let cloud_args = c.args(&[("cloud-provider", "external")]);
     let no_labels = BTreeMap::new();
     let mut kubeadm = json!({
@@ -403,15 +442,19 @@ pub fn render_control_plane(c: &ClusterInput) -> Vec<Value> {
     if c.master_docker_volume_gb.is_some() {
         container_storage(&mut kubeadm);
     }
-    let infra_ref = c.reference(INFRA, "OpenStackMachineTemplate", &cp_template);
     let machine_template = if c.v2() {
         json!({"spec": {"infrastructureRef": infra_ref}})
     } else {
         json!({"infrastructureRef": infra_ref})
     };
-    out.push(json!({"apiVersion": c.kcp_api(), "kind": "KubeadmControlPlane", "metadata": c.meta(&cp_name, &[]),
-        "spec": {"replicas": c.master_count, "version": c.master_version, "machineTemplate": machine_template, "kubeadmConfigSpec": kubeadm}}));
-    if c.labels.auto_healing {
+    let mut spec = json!({"replicas": c.master_count, "version": c.master_version, "machineTemplate": machine_template});
+    // An adopted control plane keeps its own kubeadm configuration (ours
+    // differs: every machine would be replaced) and its health check.
+    if c.adopted.is_none() {
+        spec["kubeadmConfigSpec"] = kubeadm;
+    }
+    out.push(json!({"apiVersion": c.kcp_api(), "kind": "KubeadmControlPlane", "metadata": c.meta(&cp_name, &[]), "spec": spec}));
+    if c.labels.auto_healing && c.adopted.is_none() {
         out.push(mhc(
             c,
             &cp_name,
@@ -463,13 +506,26 @@ pub fn render_group(c: &ClusterInput, g: &WorkerGroup) -> Vec<Value> {
             if let Some(az) = &c.labels.availability_zone {
                 template_spec["failureDomain"] = json!(az);
             }
-            json!({"metadata": {"labels": c.labels(&group_label)}, "spec": template_spec})
+            let mut labels = c.labels(&group_label);
+            if let (Some(theirs), Some(m)) = (
+                g.adopted_labels.as_ref().and_then(Value::as_object),
+                labels.as_object_mut(),
+            ) {
+                for (k, v) in theirs {
+                    m.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+            }
+            json!({"metadata": {"labels": labels}, "spec": template_spec})
         }
     };
-    let selector = json!({"matchLabels": {CLUSTER_NAME_LABEL: s, NODEGROUP_LABEL: g.key}});
     let rolling =
         json!({"maxSurge": g.rollout.max_surge, "maxUnavailable": g.rollout.max_unavailable});
-    let mut spec = json!({"clusterName": s, "selector": selector, "template": template});
+    let mut spec = json!({"clusterName": s, "template": template});
+    // An adopted group keeps its selector (its MachineSets and machines
+    // are found by it).
+    if g.adopted_labels.is_none() {
+        spec["selector"] = json!({"matchLabels": {CLUSTER_NAME_LABEL: s, NODEGROUP_LABEL: g.key}});
+    }
     if c.v2() {
         spec["rollout"] = json!({"strategy": {"type": "RollingUpdate", "rollingUpdate": rolling}});
     } else {
@@ -484,7 +540,7 @@ pub fn render_group(c: &ClusterInput, g: &WorkerGroup) -> Vec<Value> {
             json!({AUTOSCALER_MIN: min.to_string(), AUTOSCALER_MAX: max.to_string()});
     }
     out.push(json!({"apiVersion": c.capi(), "kind": "MachineDeployment", "metadata": metadata, "spec": spec}));
-    if c.labels.auto_healing {
+    if c.labels.auto_healing && g.adopted_labels.is_none() {
         out.push(mhc(
             c,
             &ng_name,

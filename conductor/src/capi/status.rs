@@ -13,7 +13,10 @@ use serde_json::Value;
 
 use std::hash::{Hash, Hasher};
 
-use super::render::{CONTROL_PLANE_LABEL, NODEGROUP_LABEL};
+use super::naming::object_name;
+use super::render::{
+    CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, DEPLOYMENT_NAME_LABEL, NODEGROUP_LABEL,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
@@ -56,7 +59,14 @@ impl Observed {
             .iter()
             .filter(|m| match key {
                 None => label(m, CONTROL_PLANE_LABEL).is_some(),
-                Some(k) => label(m, NODEGROUP_LABEL) == Some(k),
+                // Ours carry the group's label; an adopted group's carry
+                // their MachineDeployment's name (`<stack_id>-<key>`, as ours).
+                Some(k) => {
+                    label(m, NODEGROUP_LABEL) == Some(k)
+                        || label(m, CLUSTER_NAME_LABEL).is_some_and(|c| {
+                            label(m, DEPLOYMENT_NAME_LABEL) == Some(&object_name(c, k))
+                        })
+                }
             })
             .collect()
     }

@@ -404,7 +404,11 @@ impl Engine {
         match parts {
             Parts::ControlPlaneAnd(keys) => {
                 let mut out = render::render_control_plane(input);
-                out.extend(autoscaler::render(input, &self.0.capi.autoscaler_image));
+                // An adopted cluster keeps its driver's autoscaler (it acts
+                // on the same MachineDeployment annotations).
+                if input.adopted.is_none() {
+                    out.extend(autoscaler::render(input, &self.0.capi.autoscaler_image));
+                }
                 out.extend(groups(keys));
                 out
             }
@@ -442,8 +446,9 @@ impl Engine {
         let (first, rest): (Vec<Value>, Vec<Value>) =
             objects.into_iter().partition(|o| o["kind"] == "Cluster");
         let mut owner = owner;
+        let take_over = input.adopted.is_some();
         for o in &first {
-            let stored = self.apply_object(o).await?;
+            let stored = self.apply_object_as(o, take_over).await?;
             owner = Some(owner_refs(o["apiVersion"].as_str().unwrap_or(""), &stored)?);
         }
         if rest.is_empty() {
@@ -460,7 +465,7 @@ impl Engine {
                 o["kind"].as_str().unwrap_or(""),
                 &plain,
             );
-            self.apply_object(&o).await?;
+            self.apply_object_as(&o, take_over).await?;
         }
         Ok(Some(owner))
     }
@@ -486,9 +491,20 @@ impl Engine {
         owner_refs(av, &stored)
     }
 
-    /// Apply one rendered object; a refusal names the object (never its content).
-    pub(super) async fn apply_object(&self, o: &Value) -> Result<DynamicObject, StepError> {
-        self.0.applier.apply(o).await.map_err(|e| {
+    /// Apply one rendered object; a refusal names the object (never its
+    /// content). `take_over`: an adopted cluster's object, whose fields its
+    /// driver (Helm) set: taken over, not a conflict.
+    async fn apply_object_as(
+        &self,
+        o: &Value,
+        take_over: bool,
+    ) -> Result<DynamicObject, StepError> {
+        let applied = if take_over {
+            self.0.applier.apply_taking_over(o).await
+        } else {
+            self.0.applier.apply(o).await
+        };
+        applied.map_err(|e| {
             StepError::Invalid(format!(
                 "the management cluster refused {} {}: {e}",
                 o["kind"].as_str().unwrap_or("?"),

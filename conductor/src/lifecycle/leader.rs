@@ -71,7 +71,7 @@ impl Engine {
                     let leading = leases.is_leader();
                     self.0.metrics.leader.set(i64::from(leading));
                     if !leading {
-                        self.0.metrics.clusters.reset();
+                        self.0.metrics.zero_clusters();
                         self.0.metrics.oldest_in_progress.set(0);
                         continue;
                     }
@@ -106,7 +106,7 @@ impl Engine {
                 .fetch_all(pool)
                 .await?;
         let m = &self.0.metrics;
-        m.clusters.reset();
+        m.zero_clusters();
         for (status, n) in rows {
             m.clusters
                 .with_label_values(&[status.as_deref().unwrap_or("NULL")])

@@ -147,6 +147,7 @@ pub fn desired(
     observed: &Observed,
     batch: Option<&Batch>,
 ) -> Desired {
+    apply_adoption(&mut input, observed);
     let cp = control_plane_running(observed);
     let mut waiting = Vec::new();
     let mut held = Vec::new();
@@ -179,7 +180,15 @@ pub fn desired(
             key: String::new(),
             replicas: Some(i64::from(input.master_count)),
             version: input.master_version.clone(),
-            template: Some(render::control_plane_template_name(&input)),
+            template: Some(
+                input
+                    .adopted
+                    .as_ref()
+                    .and_then(|a| a.control_plane_template.as_ref())
+                    .and_then(|r| r["name"].as_str())
+                    .map(str::to_string)
+                    .unwrap_or_else(|| render::control_plane_template_name(&input)),
+            ),
             held: false,
             deleting: false,
         },
@@ -203,7 +212,7 @@ pub fn desired(
                 rows::group_version(ng, &input.master_version).unwrap_or_default()
             }),
             template: g
-                .filter(|_| !is_held)
+                .filter(|g| !is_held && g.held_template.is_none())
                 .map(|g| render::group_template_name(&input, g)),
             held: is_held,
             deleting: false,
@@ -293,6 +302,58 @@ pub fn drift(d: &Desired, o: &Observed) -> Vec<Repair> {
 
 /// The machine template of an observed MachineDeployment, as it can be
 /// applied again (server-set fields left out).
+/// A cluster `adopt` handed over (its CAPI Cluster annotated
+/// [`render::ADOPTED_ANNOTATION`]) keeps what its objects have while an
+/// operation does not need to change it (see [`render::Adopted`]): the
+/// control plane's machine template while its version is the rows', an
+/// adopted group's machine template while its version is the rows' (held
+/// as observed), every adopted group's selector and template labels.
+pub fn apply_adoption(input: &mut ClusterInput, observed: &Observed) {
+    let annotation = |o: &Value| {
+        o.pointer("/metadata/annotations")
+            .and_then(|a| a.get(render::ADOPTED_ANNOTATION))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let Some(driver) = observed.cluster.as_ref().and_then(annotation) else {
+        return;
+    };
+    let same = |v: Option<&Value>, want: &str| {
+        v.and_then(Value::as_str)
+            .is_some_and(|v| v.trim_start_matches('v') == want.trim_start_matches('v'))
+    };
+    let kcp = observed.control_plane.as_ref();
+    let control_plane_template = kcp
+        .filter(|k| same(k.pointer("/spec/version"), &input.master_version))
+        .and_then(|k| {
+            k.pointer("/spec/machineTemplate/infrastructureRef")
+                .or_else(|| k.pointer("/spec/machineTemplate/spec/infrastructureRef"))
+        })
+        .cloned();
+    input.adopted = Some(render::Adopted {
+        driver,
+        control_plane_template,
+    });
+    for g in &mut input.workers {
+        let Some(md) = observed
+            .machine_deployment(&g.key)
+            .filter(|md| annotation(md).is_some())
+        else {
+            continue;
+        };
+        g.adopted_labels = Some(
+            md.pointer("/spec/template/metadata/labels")
+                .cloned()
+                .unwrap_or_else(|| serde_json::json!({})),
+        );
+        if same(md.pointer("/spec/template/spec/version"), &g.version)
+            && let Some(t) = md.pointer("/spec/template")
+        {
+            g.held_template = Some(keep_template(t));
+        }
+    }
+}
+
 fn keep_template(t: &Value) -> Value {
     let mut t = t.clone();
     if let Some(m) = t.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -620,6 +681,111 @@ mod tests {
                 max_unavailable: 0
             }
         );
+    }
+
+    #[test]
+    fn an_adopted_cluster_keeps_what_it_has_until_an_upgrade() {
+        let (c, t, ngs) = rows_for(Some("v1.31.2"));
+        let (input, _) = rows::cluster_input(CapiLine::V1beta1, "magnum-", &c, &t, &ngs).unwrap();
+        let adopted = json!({render::ADOPTED_ANNOTATION: "k8s_capi_helm_v1"});
+        let theirs_ref = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+                                "kind": "OpenStackMachineTemplate", "name": "k8s-abcdefghijkl-control-plane-3f2a9c1d"});
+        let kcp = |v: &str| {
+            json!({"metadata": {"annotations": adopted},
+                   "spec": {"version": v, "replicas": 3, "machineTemplate": {"infrastructureRef": theirs_ref}},
+                   "status": {"version": v}})
+        };
+        let theirs_labels = json!({"capi.stackhpc.com/node-group": "default-worker"});
+        let md = |v: &str| {
+            json!({"metadata": {"labels": {render::NODEGROUP_LABEL: "default-worker"}, "annotations": adopted},
+                   "spec": {"replicas": 2, "template": {"metadata": {"labels": theirs_labels},
+                                                        "spec": {"version": v, "infrastructureRef": {"name": "w-8b7e"}}}}})
+        };
+        let observed = |v: &str| Observed {
+            cluster: Some(json!({"metadata": {"annotations": adopted}})),
+            control_plane: Some(kcp(v)),
+            machine_deployments: vec![md(v)],
+            ..Observed::default()
+        };
+        // Not adopted (no annotation on the Cluster): ours, as always.
+        let plain = Observed {
+            cluster: Some(json!({"metadata": {}})),
+            ..observed("v1.31.2")
+        };
+        assert!(
+            desired(input.clone(), &ngs, &plain, None)
+                .input
+                .adopted
+                .is_none()
+        );
+
+        // Same versions: their machine templates and labels stay, no health
+        // check, no kubeadm configuration, no selector.
+        let d = desired(input.clone(), &ngs, &observed("v1.31.2"), None);
+        let a = d.input.adopted.as_ref().expect("adopted");
+        assert_eq!(a.driver, "k8s_capi_helm_v1");
+        assert_eq!(a.control_plane_template.as_ref(), Some(&theirs_ref));
+        assert_eq!(
+            d.targets.control_plane.template.as_deref(),
+            Some("k8s-abcdefghijkl-control-plane-3f2a9c1d")
+        );
+        let w = &d.input.workers[0];
+        assert_eq!(w.adopted_labels.as_ref(), Some(&theirs_labels));
+        assert_eq!(
+            w.held_template.as_ref().unwrap()["spec"]["infrastructureRef"]["name"],
+            "w-8b7e"
+        );
+        assert_eq!(d.targets.workers[0].template, None, "held: not checked");
+        let objs = render::render_control_plane(&d.input);
+        assert_eq!(objs.len(), 1, "no template, no health check: {objs:?}");
+        assert!(objs[0]["spec"].get("kubeadmConfigSpec").is_none());
+        assert_eq!(
+            objs[0]["spec"]["machineTemplate"]["infrastructureRef"],
+            theirs_ref
+        );
+        let objs = render::render_group(&d.input, w);
+        assert_eq!(objs.len(), 1, "no templates, no health check: {objs:?}");
+        assert!(objs[0]["spec"].get("selector").is_none());
+        assert_eq!(
+            objs[0]["spec"]["template"]["spec"]["infrastructureRef"]["name"],
+            "w-8b7e"
+        );
+
+        // An upgrade (the rows ahead of what runs): ours, their labels kept.
+        let d = desired(input, &ngs, &observed("v1.30.4"), None);
+        assert_eq!(
+            d.input.adopted.as_ref().unwrap().control_plane_template,
+            None
+        );
+        let objs = render::render_control_plane(&d.input);
+        assert_eq!(objs[0]["kind"], "OpenStackMachineTemplate");
+        assert!(objs[1]["spec"].get("kubeadmConfigSpec").is_none());
+        // (workers wait for the control plane: held as they are)
+        assert!(d.input.workers[0].held_template.is_some());
+        let upgraded = Observed {
+            control_plane: Some(json!({"metadata": {"annotations": adopted},
+                                       "spec": {"version": "v1.31.2"}, "status": {"version": "v1.31.2"}})),
+            ..observed("v1.30.4")
+        };
+        let d = desired(
+            rows::cluster_input(CapiLine::V1beta1, "magnum-", &c, &t, &ngs)
+                .unwrap()
+                .0,
+            &ngs,
+            &upgraded,
+            None,
+        );
+        let w = &d.input.workers[0];
+        assert!(w.held_template.is_none());
+        let objs = render::render_group(&d.input, w);
+        let md = objs
+            .iter()
+            .find(|o| o["kind"] == "MachineDeployment")
+            .unwrap();
+        let labels = &md["spec"]["template"]["metadata"]["labels"];
+        assert_eq!(labels["capi.stackhpc.com/node-group"], "default-worker");
+        assert_eq!(labels[render::NODEGROUP_LABEL], "default-worker");
+        assert!(md["spec"].get("selector").is_none());
     }
 
     #[test]

@@ -64,6 +64,20 @@ impl Engine {
         let ngs = self.nodegroups(uuid).await?;
         let (desired, network_driver) = self.desired(&row, &template, &ngs, None)?;
         let input = desired.input;
+        if let Some(a) = &input.adopted {
+            // Its cloud provider and CSI come from its driver's addons,
+            // which this conductor does not render: a new credential would
+            // reach its machines but not them.
+            return Err(StepError::Refused(RemoteFailure::magnum_with_message(
+                "NotSupported",
+                &format!(
+                    "Credential rotation is not supported for a cluster adopted from {}: its \
+                     addons still use the credential that driver gave them.",
+                    a.driver
+                ),
+                Map::new(),
+            )));
+        }
         let old = self
             .0
             .credentials

@@ -375,6 +375,7 @@ pub fn cluster_input(
             node_taints: taints,
             rollout: Rollout::default(),
             held_template: None,
+            adopted_labels: None,
         });
     }
     let dns = opt(template, "dns_nameserver")
@@ -404,6 +405,7 @@ pub fn cluster_input(
         dns_nameservers: dns,
         master_lb_enabled: cluster.get_bool("master_lb_enabled").unwrap_or(false),
         workers,
+        adopted: None,
     };
     Ok((input, network_driver))
 }

@@ -385,6 +385,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_metrics_know_every_operation() {
+        let names: Vec<&str> = [
+            Op::Create,
+            Op::Delete,
+            Op::Update,
+            Op::Resize,
+            Op::Upgrade,
+            Op::NodegroupCreate,
+            Op::NodegroupUpdate,
+            Op::NodegroupDelete,
+            Op::CredentialRotate,
+        ]
+        .into_iter()
+        .map(Op::name)
+        .collect();
+        assert_eq!(names, crate::metrics::OPERATIONS);
+    }
+
+    #[test]
     fn failure_bookkeeping_is_declared_data() {
         let plan = [
             OnFailure::Cluster {

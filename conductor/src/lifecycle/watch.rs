@@ -182,6 +182,7 @@ impl Watches {
             let config = watcher::Config::default().labels(CLUSTER_NAME_LABEL);
             let kicks = kicks.clone();
             let metrics = metrics.clone();
+            metrics.watch_started(kind);
             let w = watches.clone();
             tokio::spawn(async move {
                 let mut first_init = true;
