@@ -12,7 +12,9 @@ client unchanged. A forward no queue takes is never dropped: a cast waits
 (back in our queue) until the Python conductor is there, then arrives
 once; a call is answered with the reason. A conductor killed -9 just
 before it republishes a cast, or just after the broker confirmed the copy
-(before its own acknowledgement), neither loses nor doubles it.
+(before its own acknowledgement), neither loses nor doubles it; nor does a
+RabbitMQ restart while forwards wait between the confirm and the
+acknowledgement (durable queues).
 """
 import json
 import os
@@ -161,3 +163,56 @@ def test_a_kill_mid_forward_loses_and_doubles_nothing(env, point):
     time.sleep(3)  # the redelivered original, forwarded again, is dropped there
     assert len(made()) == 1, made()
     assert env.conductor.metric(FORWARDED, method="nodegroup_create", outcome="forwarded") == 1
+
+
+@pytest.fixture(scope="module")
+def durable(tmp_path_factory):
+    """Durable queues and persistent messages everywhere (magnum-api's
+    client, this conductor, the Python conductor): what survives a broker
+    restart at all."""
+    e = Env(tmp_path_factory.mktemp("forward-durable"), "v1beta1",
+            extra="\n[oslo_messaging_rabbit]\namqp_durable_queues = true\n")
+    text = open(e.conf).read()
+    open(e.conf, "w").write(text.replace("[conductor]\n", f"[conductor]\nlegacy_topic = {LEGACY}\n", 1))
+    e.restart()
+    e.foreign = {}
+    e.python = PythonConductor(e)
+    e.python.start(e.vhost)
+    yield e
+    e.python.stop()
+    e.close()
+
+
+def test_a_broker_restart_mid_forwarding_loses_and_doubles_nothing(durable):
+    """Casts for another driver's cluster are being forwarded, each one
+    held 4 s between the broker's confirm of its copy and our
+    acknowledgement of the original (longer than the casts take to
+    arrive, so one is in that window), when RabbitMQ stops and starts: the
+    original whose acknowledgement was lost comes back (durable queue) and
+    is recognised by its `_unique_id` (here, or by the Python conductor's
+    listener had it been forwarded again); the Python conductor creates
+    every node group exactly once."""
+    env = durable
+    helm = foreign_cluster(env, HELM)
+    env.restart(failpoint="forward.after_confirm:sleep=4000")
+    names = [f"br-{i}" for i in range(6)]
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(len(names)) as pool:
+        list(pool.map(lambda n: env.client("ng-create", helm, json.dumps({"name": n})), names))
+    forwarded = lambda: env.conductor.metric(FORWARDED, method="nodegroup_create", outcome="forwarded")  # noqa: E731
+    assert forwarded() < len(names) - 1, "the forwards must still be running"
+    rabbitmqctl("stop_app")
+    try:
+        time.sleep(3)
+    finally:
+        rabbitmqctl("start_app")
+    made = lambda: [o["nodegroup"] for o in env.python.ops() if o.get("nodegroup") in names]  # noqa: E731
+    wait_for("every node group at the Python conductor", lambda: set(made()) == set(names), timeout=180)
+    time.sleep(8)  # a redelivered original would be handled by now
+    assert sorted(made()) == sorted(names), made()
+    assert env.conductor.metric("magnum_conductor_amqp_reconnects_total") >= 1
+    # The restart caught a forward between confirm and acknowledgement:
+    # its original came back.
+    redelivered = env.conductor.metric("magnum_conductor_rpc_redeliveries_total")
+    print(f"forwarded {forwarded():.0f} times for {len(names)} casts, {redelivered:.0f} redelivered")
+    assert redelivered >= 1, redelivered
