@@ -16,8 +16,8 @@ pub struct Refusal {
 }
 
 /// Every refusal startup makes before connecting (empty: it goes on).
-/// `log`: whether to check the log destination (`check` runs with its own
-/// logging; the conductor checks it by installing it).
+/// `log`: whether this is `check` (which also checks the log destination,
+/// and accepts a metrics port held by a running conductor).
 pub fn refusals(cfg: &Config, log: bool) -> Vec<Refusal> {
     let mut out = Vec::new();
     if log && let Err(e) = crate::logging::check(&cfg.default) {
@@ -38,6 +38,7 @@ pub fn refusals(cfg: &Config, log: bool) -> Vec<Refusal> {
     }
     if let Some(addr) = cfg.metrics.listen
         && let Err(e) = std::net::TcpListener::bind(addr)
+        && !(log && a_conductor_answers(addr))
     {
         out.push(Refusal {
             name: "metrics",
@@ -60,4 +61,25 @@ pub fn refusals(cfg: &Config, log: bool) -> Vec<Refusal> {
         });
     }
     out
+}
+
+/// Whether a magnum-conductor already serves `addr` (`check` run beside the
+/// running service, before its restart: the port is then its own, not a
+/// refusal). Anything else holding the port is one.
+fn a_conductor_answers(addr: std::net::SocketAddr) -> bool {
+    use std::io::{Read, Write};
+    let t = std::time::Duration::from_secs(2);
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, t) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(t));
+    if s.write_all(b"GET /healthz HTTP/1.0\r\nHost: check\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut buf = Vec::new();
+    let _ = s.take(4096).read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf);
+    text.starts_with("HTTP/1.") && text.contains(" 200 ")
 }
