@@ -30,6 +30,7 @@ pub mod credentials;
 pub mod delete;
 pub mod elect;
 pub mod engine;
+pub mod error;
 pub mod keystone;
 pub mod leader;
 pub mod lease;
