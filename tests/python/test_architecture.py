@@ -89,3 +89,40 @@ def test_no_import_cycle_in_the_workspace():
         graph = arrows(os.path.join(ROOT, crate))
         assert len(graph) > 3, crate
         assert cycles(graph) == [], crate
+
+
+LAYERS = {
+    "pure core": ["rows", "plan", "sync", "cache"],
+    "coordination": ["lease", "elect"],
+    "core": ["engine", "runner", "error", "credentials", "keystone"],
+    "operations": ["create", "delete", "scale", "upgrade", "nodegroups", "rotate"],
+    "status": ["watch", "reconcile", "resume", "owners", "leader"],
+}
+MAY_USE = {
+    "pure core": {"pure core"},
+    "coordination": {"pure core", "coordination"},
+    "core": {"pure core", "coordination", "core"},
+    "operations": {"pure core", "coordination", "core"},
+    "status": {"pure core", "coordination", "core", "status"},
+}
+# docs/architecture.md: the known debt of the split.
+KNOWN = {("engine", "watch"), ("elect", "watch")}
+
+
+def test_lifecycle_layers_are_as_docs_architecture_says():
+    graph = arrows(os.path.join(ROOT, "conductor/src"))
+    layer_of = {m: layer for layer, ms in LAYERS.items() for m in ms}
+    mods = {m.split("::", 1)[1] for m in graph if m.startswith("lifecycle::")}
+    assert mods == set(layer_of), f"modules not in a layer (or gone): {mods ^ set(layer_of)}"
+    wrong = []
+    for m in mods:
+        for t in graph["lifecycle::" + m]:
+            if not t.startswith("lifecycle::"):
+                continue
+            t = t.split("::", 1)[1]
+            if layer_of[t] not in MAY_USE[layer_of[m]] and (m, t) not in KNOWN:
+                wrong.append(f"{m} ({layer_of[m]}) -> {t} ({layer_of[t]})")
+    assert not wrong, wrong
+    doc = open(os.path.join(ROOT, "docs", "architecture.md")).read()
+    for layer, ms in LAYERS.items():
+        assert f"| {layer} | " + ", ".join(f"`{m}`" for m in ms) + " |" in doc, layer
