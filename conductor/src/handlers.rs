@@ -228,144 +228,30 @@ impl Handlers for ConductorHandlers {
         {
             return refused;
         }
-        match req.request {
-            ConductorRequest::ClusterCreate {
-                cluster,
-                master_count,
-                node_count,
-                create_timeout,
-            } => match &self.lifecycle {
-                Some(l) => {
-                    l.cluster_create(
-                        &req.context,
-                        cluster,
-                        master_count,
-                        node_count,
-                        create_timeout,
-                        &mut req.durable,
-                    )
-                    .await
-                }
-                None => no_management_cluster("cluster_create"),
-            },
-            ConductorRequest::ClusterDelete { uuid } => match &self.lifecycle {
-                Some(l) => {
-                    l.cluster_delete(&req.context, &uuid, &mut req.durable)
-                        .await
-                }
-                None => no_management_cluster("cluster_delete"),
-            },
-            ConductorRequest::ClusterUpdate {
-                cluster,
-                node_count,
-                health_status,
-                health_status_reason,
-                rollback: _,
-            } => match &self.lifecycle {
-                Some(l) => {
-                    l.cluster_update(
-                        &req.context,
-                        &cluster,
-                        node_count,
-                        health_status,
-                        health_status_reason,
-                        &mut req.durable,
-                    )
-                    .await
-                }
-                None => no_management_cluster("cluster_update"),
-            },
-            ConductorRequest::ClusterResize {
-                cluster,
-                node_count,
-                nodes_to_remove,
-                nodegroup,
-            } => match &self.lifecycle {
-                Some(l) => {
-                    l.cluster_resize(
-                        &req.context,
-                        &cluster,
-                        node_count,
-                        &nodes_to_remove,
-                        &nodegroup,
-                        &mut req.durable,
-                    )
-                    .await
-                }
-                None => no_management_cluster("cluster_resize"),
-            },
-            ConductorRequest::ClusterUpgrade {
-                cluster,
-                cluster_template,
-                max_batch_size,
-                nodegroup,
-                rollback: _,
-            } => match &self.lifecycle {
-                Some(l) => {
-                    l.cluster_upgrade(
-                        &req.context,
-                        &cluster,
-                        &cluster_template,
-                        max_batch_size,
-                        &nodegroup,
-                        &mut req.durable,
-                    )
-                    .await
-                }
-                None => no_management_cluster("cluster_upgrade"),
-            },
-            ConductorRequest::CredentialRotate { cluster } => match &self.lifecycle {
-                Some(l) => {
-                    l.credential_rotate(&req.context, &cluster, &mut req.durable)
-                        .await
-                }
-                None => no_management_cluster("credential_rotate"),
-            },
-            ConductorRequest::NodegroupCreate { cluster, nodegroup } => match &self.lifecycle {
-                Some(l) => {
-                    l.nodegroup_create(&req.context, &cluster, &nodegroup, &mut req.durable)
-                        .await
-                }
-                None => no_management_cluster("nodegroup_create"),
-            },
-            ConductorRequest::NodegroupUpdate { cluster, nodegroup } => match &self.lifecycle {
-                Some(l) => {
-                    l.nodegroup_update(&req.context, &cluster, &nodegroup, &mut req.durable)
-                        .await
-                }
-                None => no_management_cluster("nodegroup_update"),
-            },
-            ConductorRequest::NodegroupDelete { cluster, nodegroup } => match &self.lifecycle {
-                Some(l) => {
-                    l.nodegroup_delete(&req.context, &cluster, &nodegroup, &mut req.durable)
-                        .await
-                }
-                None => no_management_cluster("nodegroup_delete"),
-            },
+        let method = req.request.method();
+        if is_lifecycle(&req.request) {
+            return match &self.lifecycle {
+                Some(l) => cluster_operation(l, req).await,
+                None => no_management_cluster(method),
+            };
+        }
+        let HandlerRequest {
+            context, request, ..
+        } = req;
+        match request {
             ConductorRequest::GetCaCertificate {
                 cluster,
                 ca_cert_type,
             } => {
-                crate::ca::get_ca_certificate(
-                    &self.db,
-                    &req.context,
-                    &cluster,
-                    ca_cert_type.as_deref(),
-                )
-                .await
+                crate::ca::get_ca_certificate(&self.db, &context, &cluster, ca_cert_type.as_deref())
+                    .await
             }
             ConductorRequest::SignCertificate {
                 cluster,
                 certificate,
             } => {
-                crate::ca::sign_certificate(
-                    &self.db,
-                    &self.x509,
-                    &req.context,
-                    &cluster,
-                    certificate,
-                )
-                .await
+                crate::ca::sign_certificate(&self.db, &self.x509, &context, &cluster, certificate)
+                    .await
             }
             ConductorRequest::RotateCaCertificate { cluster } => {
                 crate::ca::rotate_ca_certificate(&cluster)
@@ -379,7 +265,7 @@ impl Handlers for ConductorHandlers {
             } => {
                 self.indirection
                     .class_action(
-                        &req.context,
+                        &context,
                         &objname,
                         &objmethod,
                         &object_versions,
@@ -395,7 +281,7 @@ impl Handlers for ConductorHandlers {
                 kwargs,
             } => {
                 self.indirection
-                    .object_action(&req.context, &objinst, &objmethod, &args, &kwargs)
+                    .object_action(&context, &objinst, &objmethod, &args, &kwargs)
                     .await
             }
             ConductorRequest::ObjectBackportVersions {
@@ -416,6 +302,102 @@ impl Handlers for ConductorHandlers {
             }
             other => BaseHandlers::base_outcome(&other),
         }
+    }
+}
+
+/// The cluster operations: the ones that need the management cluster.
+fn is_lifecycle(r: &ConductorRequest) -> bool {
+    use ConductorRequest::*;
+    matches!(
+        r,
+        ClusterCreate { .. }
+            | ClusterDelete { .. }
+            | ClusterUpdate { .. }
+            | ClusterResize { .. }
+            | ClusterUpgrade { .. }
+            | CredentialRotate { .. }
+            | NodegroupCreate { .. }
+            | NodegroupUpdate { .. }
+            | NodegroupDelete { .. }
+    )
+}
+
+/// One cluster operation: its decoded arguments handed to the engine,
+/// whose outcome is the reply (a call) or the log line (a cast).
+async fn cluster_operation(l: &crate::lifecycle::Engine, req: HandlerRequest) -> Outcome {
+    use ConductorRequest::*;
+    let HandlerRequest {
+        context: ctx,
+        request,
+        mut durable,
+        ..
+    } = req;
+    let d = &mut durable;
+    match request {
+        ClusterCreate {
+            cluster,
+            master_count,
+            node_count,
+            create_timeout,
+        } => {
+            l.cluster_create(&ctx, cluster, master_count, node_count, create_timeout, d)
+                .await
+        }
+        ClusterDelete { uuid } => l.cluster_delete(&ctx, &uuid, d).await,
+        ClusterUpdate {
+            cluster,
+            node_count,
+            health_status,
+            health_status_reason,
+            rollback: _,
+        } => {
+            l.cluster_update(
+                &ctx,
+                &cluster,
+                node_count,
+                health_status,
+                health_status_reason,
+                d,
+            )
+            .await
+        }
+        ClusterResize {
+            cluster,
+            node_count,
+            nodes_to_remove,
+            nodegroup,
+        } => {
+            l.cluster_resize(&ctx, &cluster, node_count, &nodes_to_remove, &nodegroup, d)
+                .await
+        }
+        ClusterUpgrade {
+            cluster,
+            cluster_template,
+            max_batch_size,
+            nodegroup,
+            rollback: _,
+        } => {
+            l.cluster_upgrade(
+                &ctx,
+                &cluster,
+                &cluster_template,
+                max_batch_size,
+                &nodegroup,
+                d,
+            )
+            .await
+        }
+        CredentialRotate { cluster } => l.credential_rotate(&ctx, &cluster, d).await,
+        NodegroupCreate { cluster, nodegroup } => {
+            l.nodegroup_create(&ctx, &cluster, &nodegroup, d).await
+        }
+        NodegroupUpdate { cluster, nodegroup } => {
+            l.nodegroup_update(&ctx, &cluster, &nodegroup, d).await
+        }
+        NodegroupDelete { cluster, nodegroup } => {
+            l.nodegroup_delete(&ctx, &cluster, &nodegroup, d).await
+        }
+        other => BaseHandlers::base_outcome(&other),
     }
 }
 

@@ -12,6 +12,7 @@
 //! - Everything else allowed is copied as it came.
 
 use super::der;
+pub use super::names::{EXTENSION_NAMES, KEY_USAGE_NAMES};
 use crate::config::X509Opts;
 
 /// One extension: OID (arcs and DER), criticality, DER value.
@@ -30,36 +31,6 @@ pub enum FilterError {
     /// What Python raises as a bare ValueError.
     Value(String),
 }
-
-/// cryptography's names (`_OID_NAMES`) for the extensions Magnum lists.
-pub const EXTENSION_NAMES: &[(&[u64], &str)] = &[
-    (&[2, 5, 29, 35], "authorityKeyIdentifier"),
-    (&[2, 5, 29, 14], "subjectKeyIdentifier"),
-    (&[1, 3, 6, 1, 5, 5, 7, 1, 1], "authorityInfoAccess"),
-    (&[2, 5, 29, 19], "basicConstraints"),
-    (&[2, 5, 29, 31], "cRLDistributionPoints"),
-    (&[2, 5, 29, 32], "certificatePolicies"),
-    (&[2, 5, 29, 37], "extendedKeyUsage"),
-    (&[1, 3, 6, 1, 5, 5, 7, 48, 1, 5], "OCSPNoCheck"),
-    (&[2, 5, 29, 54], "inhibitAnyPolicy"),
-    (&[2, 5, 29, 15], "keyUsage"),
-    (&[2, 5, 29, 30], "nameConstraints"),
-    (&[2, 5, 29, 17], "subjectAltName"),
-    (&[2, 5, 29, 18], "issuerAltName"),
-];
-
-/// Magnum's key usage names, in bit order (KeyUsages enum).
-pub const KEY_USAGE_NAMES: [&str; 9] = [
-    "Digital Signature",
-    "Non Repudiation",
-    "Key Encipherment",
-    "Data Encipherment",
-    "Key Agreement",
-    "Certificate Sign",
-    "CRL Sign",
-    "Encipher Only",
-    "Decipher Only",
-];
 
 const KEY_USAGE: &[u64] = &[2, 5, 29, 15];
 const BASIC_CONSTRAINTS: &[u64] = &[2, 5, 29, 19];

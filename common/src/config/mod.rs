@@ -1008,7 +1008,7 @@ impl Config {
             allowed_extensions: list(
                 "allowed_extensions",
                 d509.allowed_extensions.clone(),
-                &crate::certs::filter::EXTENSION_NAMES
+                &crate::certs::names::EXTENSION_NAMES
                     .iter()
                     .map(|(_, n)| *n)
                     .collect::<Vec<_>>(),
@@ -1016,7 +1016,7 @@ impl Config {
             allowed_key_usage: list(
                 "allowed_key_usage",
                 d509.allowed_key_usage.clone(),
-                &crate::certs::filter::KEY_USAGE_NAMES,
+                &crate::certs::names::KEY_USAGE_NAMES,
             )?,
             term_of_validity: x.int("term_of_validity", 365 * 5, Some(1), Some(36500))?,
             rsa_key_size: {

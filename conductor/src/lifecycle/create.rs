@@ -29,8 +29,9 @@ use serde_json::{Value, json};
 
 use super::credentials::CredentialError;
 use super::engine::{Engine, age, destroy_if_present};
+use super::error::StepError;
 use super::rows;
-use super::runner::{OnFailure, Op, Run, StepError};
+use super::runner::{OnFailure, Op, Run};
 use crate::capi::addons::{self, AddonCharts};
 use crate::capi::autoscaler;
 use crate::capi::naming;

@@ -18,7 +18,8 @@ use rpc_schema::ovo::MagnumObject;
 use serde_json::{Value, json};
 
 use super::engine::{Engine, capi_apiversion, destroy_if_present, dynamic_api};
-use super::runner::{OnFailure, Op, Run, StepError};
+use super::error::StepError;
+use super::runner::{OnFailure, Op, Run};
 use crate::capi::render::CapiLine;
 use crate::capi::render::UUID_LABEL;
 use crate::handlers::DurableSignal;

@@ -23,9 +23,9 @@ use rpc_schema::ovo::{self, MagnumObject};
 use serde_json::{Value, json};
 
 use super::credentials::Credentials;
+use super::error::StepError;
 use super::plan::{self, Batch, Desired};
 use super::rows;
-use super::runner::StepError;
 use super::watch::{Kick, Watches};
 use crate::capi::autoscaler;
 use crate::capi::naming;

@@ -6,7 +6,9 @@
 //!   now (holds, autoscaled counts, rollouts), drift, upgrade paths,
 //!   `nodes_to_remove`;
 //! - [`sync`]: which columns a status view changes;
-//! - [`runner::failure_writes`]: what a failed operation writes.
+//! - [`runner::failure_writes`]: what a failed operation writes;
+//! - [`error`]: why a step failed (used by the engine, the runner and the
+//!   operations alike, so the engine never imports the runner).
 //!
 //! I/O:
 //! - [`engine`]: the shared state, rows, desired state and applies;
@@ -30,6 +32,7 @@ pub mod credentials;
 pub mod delete;
 pub mod elect;
 pub mod engine;
+pub mod error;
 pub mod keystone;
 pub mod leader;
 pub mod lease;

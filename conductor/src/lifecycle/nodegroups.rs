@@ -28,9 +28,10 @@ use rpc_schema::{Outcome, RemoteFailure};
 use serde_json::{Value, json};
 
 use super::engine::{Engine, Parts, capi_apiversion, dynamic_api};
+use super::error::StepError;
 use super::plan::Checked;
 use super::rows;
-use super::runner::{OnFailure, Op, Run, StepError};
+use super::runner::{OnFailure, Op, Run};
 use crate::capi::naming;
 use crate::capi::render::{NODEGROUP_LABEL, UUID_LABEL};
 use crate::handlers::DurableSignal;

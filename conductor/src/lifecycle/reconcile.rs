@@ -28,9 +28,9 @@ use common::db::repo::{self, Scope};
 use rpc_schema::ovo::MagnumObject;
 
 use super::engine::{Engine, age, destroy_if_present};
+use super::error::StepError;
 use super::plan::{self, Repair};
 use super::rows;
-use super::runner::StepError;
 use super::sync;
 use super::watch::Kick;
 use crate::capi::render;

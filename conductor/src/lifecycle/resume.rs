@@ -114,7 +114,7 @@ impl Engine {
                             reason: true,
                         });
                         let _ = run
-                            .finish(Err(super::runner::StepError::Invalid(
+                            .finish(Err(super::error::StepError::Invalid(
                                 "the conductor stopped before the cluster's nodegroups were recorded, and the request did not come back".into(),
                             )))
                             .await;

@@ -18,8 +18,9 @@ use rpc_schema::{Outcome, RemoteFailure, RequestContext};
 use serde_json::{Map, Value, json};
 
 use super::engine::Engine;
+use super::error::StepError;
 use super::plan::COMPLETED;
-use super::runner::{Op, Run, StepError};
+use super::runner::{Op, Run};
 use crate::capi::addons::{self, AddonCharts};
 use crate::handlers::DurableSignal;
 

@@ -26,9 +26,10 @@ use rpc_schema::ovo::MagnumObject;
 use serde_json::{Map, Value, json};
 
 use super::engine::{Engine, Parts, capi_apiversion, dynamic_api};
+use super::error::StepError;
 use super::plan::{self, Checked};
 use super::rows;
-use super::runner::{OnFailure, Op, Run, StepError};
+use super::runner::{OnFailure, Op, Run};
 use crate::capi::render::{self, DELETE_MACHINE_ANNOTATION};
 use crate::handlers::DurableSignal;
 

@@ -31,9 +31,10 @@ use rpc_schema::{Outcome, RemoteFailure};
 use serde_json::{Map, Value, json};
 
 use super::engine::{Engine, Parts};
+use super::error::StepError;
 use super::plan::{self, Batch, Checked};
 use super::rows;
-use super::runner::{OnFailure, Op, Run, StepError};
+use super::runner::{OnFailure, Op, Run};
 use crate::handlers::DurableSignal;
 
 fn refuse(reason: &str) -> StepError {
