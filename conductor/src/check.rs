@@ -73,18 +73,7 @@ impl Line {
 /// The resources the conductor writes or watches, by CAPI line: (group
 /// version, plural, provider).
 pub fn required_resources(line: CapiLine) -> Vec<(&'static str, &'static str, &'static str)> {
-    let (capi, kcp, bootstrap) = match line {
-        CapiLine::V1beta1 => (
-            "cluster.x-k8s.io/v1beta1",
-            "controlplane.cluster.x-k8s.io/v1beta1",
-            "bootstrap.cluster.x-k8s.io/v1beta1",
-        ),
-        CapiLine::V1beta2 => (
-            "cluster.x-k8s.io/v1beta2",
-            "controlplane.cluster.x-k8s.io/v1beta2",
-            "bootstrap.cluster.x-k8s.io/v1beta2",
-        ),
-    };
+    let (capi, kcp, bootstrap) = line.api_versions();
     let infra = "infrastructure.cluster.x-k8s.io/v1beta1";
     let addons = "addons.cluster.x-k8s.io/v1alpha1";
     vec![

@@ -374,7 +374,7 @@ fn reopen_logs_on_sighup(handle: conductor::logging::Handle) {
 async fn run(cfg: Config, log_handle: conductor::logging::Handle) -> ExitCode {
     reopen_logs_on_sighup(log_handle);
     conductor::memory::spawn_trimmer(conductor::memory::TRIM_EVERY);
-    // (The log destination was checked by installing it.)
+    // (The log destination and the metrics port are checked by using them.)
     if let Some(r) = conductor::startup::refusals(&cfg, false).first() {
         eprintln!("magnum-conductor: {}", r.detail);
         tracing::error!(check = r.name, "{}; fix: {}", r.detail, r.fix);

@@ -447,7 +447,7 @@ impl Metrics {
     /// conductor that is not the status leader exports).
     pub fn zero_clusters(&self) {
         self.clusters.reset();
-        for s in CLUSTER_STATUSES {
+        for s in rpc_schema::ovo::CLUSTER_STATUS {
             self.clusters.with_label_values(&[s]).set(0);
         }
     }
@@ -481,28 +481,6 @@ pub const OPERATIONS: [&str; 9] = [
     "nodegroup_update",
     "nodegroup_delete",
     "credential_rotate",
-];
-
-/// Magnum's cluster statuses (`magnum/objects/fields.py`, `ClusterStatus.ALL`).
-pub const CLUSTER_STATUSES: [&str; 18] = [
-    "CREATE_IN_PROGRESS",
-    "CREATE_FAILED",
-    "CREATE_COMPLETE",
-    "UPDATE_IN_PROGRESS",
-    "UPDATE_FAILED",
-    "UPDATE_COMPLETE",
-    "DELETE_IN_PROGRESS",
-    "DELETE_FAILED",
-    "DELETE_COMPLETE",
-    "RESUME_COMPLETE",
-    "RESUME_FAILED",
-    "RESTORE_COMPLETE",
-    "ROLLBACK_IN_PROGRESS",
-    "ROLLBACK_FAILED",
-    "ROLLBACK_COMPLETE",
-    "SNAPSHOT_COMPLETE",
-    "CHECK_COMPLETE",
-    "ADOPT_COMPLETE",
 ];
 
 impl Default for Metrics {

@@ -16,11 +16,12 @@ pub struct Refusal {
 }
 
 /// Every refusal startup makes before connecting (empty: it goes on).
-/// `log`: whether this is `check` (which also checks the log destination,
-/// and accepts a metrics port held by a running conductor).
-pub fn refusals(cfg: &Config, log: bool) -> Vec<Refusal> {
+/// `check`: true for `magnum-conductor check`, which also tries the log
+/// destination and the metrics port (startup finds those by using them)
+/// and accepts a port a running conductor answers on.
+pub fn refusals(cfg: &Config, check: bool) -> Vec<Refusal> {
     let mut out = Vec::new();
-    if log && let Err(e) = crate::logging::check(&cfg.default) {
+    if check && let Err(e) = crate::logging::check(&cfg.default) {
         out.push(Refusal {
             name: "logging",
             detail: e,
@@ -36,9 +37,10 @@ pub fn refusals(cfg: &Config, log: bool) -> Vec<Refusal> {
                   table; Barbican is not supported)",
         });
     }
-    if let Some(addr) = cfg.metrics.listen
+    if check
+        && let Some(addr) = cfg.metrics.listen
         && let Err(e) = std::net::TcpListener::bind(addr)
-        && !(log && a_conductor_answers(addr))
+        && !a_conductor_answers(addr)
     {
         out.push(Refusal {
             name: "metrics",

@@ -24,25 +24,15 @@ use rpc_schema::ovo::{self, MagnumObject};
 use serde_json::{Value, json};
 
 use super::plan::{Mark, Subject, idle, marks};
-use super::read::{Reading, api, kinds};
+use super::read::{Reading, kinds};
 use crate::capi::naming;
 use crate::capi::render::{
     ADOPTED_ANNOTATION, ADOPTED_TEMPLATE_ANNOTATION, ADOPTED_TWIN_ANNOTATION, CapiLine,
 };
+use crate::lifecycle::engine::{dynamic_api, obj_with};
 use crate::ownership::OUR_DRIVER;
 
 const FIELD_MANAGER: &str = "magnum-conductor";
-
-fn obj_with(
-    class: &'static ovo::ClassSpec,
-    changes: &[(&str, Value)],
-) -> Result<MagnumObject, String> {
-    let mut o = MagnumObject::new(class);
-    for (k, v) in changes {
-        o.set(k, v.clone()).map_err(|e| format!("{k}: {e}"))?;
-    }
-    Ok(o)
-}
 
 async fn patch(
     client: &Client,
@@ -60,7 +50,7 @@ async fn patch(
         field_manager: Some(FIELD_MANAGER.into()),
         ..PatchParams::default()
     };
-    api(client, ns, av, kind, plural)
+    dynamic_api(client, ns, av, kind, plural)
         .patch(name, &pp, &Patch::Merge(&body))
         .await
         .map(|_| ())
@@ -111,7 +101,7 @@ async fn twin(db: &Db, template: &MagnumObject) -> Result<MagnumObject, String> 
 /// Point the cluster row at `template`, if it is unchanged since `read`.
 async fn switch_row(db: &Db, read: &MagnumObject, template: &str) -> Result<(), String> {
     let uuid = read.get_str("uuid").unwrap_or_default();
-    let change = obj_with(&ovo::CLUSTER, &[("cluster_template_id", json!(template))])?;
+    let change = obj_with(&ovo::CLUSTER, &[("cluster_template_id", json!(template))]);
     match repo::save_changed_if(db, &CLUSTER, uuid, &change, Some(read)).await {
         Ok(Some(_)) => Ok(()),
         Ok(None) => Err(format!(
@@ -199,7 +189,7 @@ pub async fn undo(
     );
     let stack = cluster.get_str("stack_id").unwrap_or_default();
     let (av, kind, plural) = kinds(line)[0];
-    let capi = api(client, &ns, av, kind, plural)
+    let capi = dynamic_api(client, &ns, av, kind, plural)
         .get_opt(stack)
         .await
         .map_err(|e| format!("Cluster {stack}: {e}"))?

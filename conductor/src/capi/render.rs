@@ -25,6 +25,25 @@ pub enum CapiLine {
     V1beta2,
 }
 
+impl CapiLine {
+    /// The apiVersions this line writes: cluster.x-k8s.io, the kubeadm
+    /// control plane, the kubeadm bootstrap (CAPO's stay v1beta1 on both).
+    pub fn api_versions(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            CapiLine::V1beta1 => (
+                "cluster.x-k8s.io/v1beta1",
+                "controlplane.cluster.x-k8s.io/v1beta1",
+                "bootstrap.cluster.x-k8s.io/v1beta1",
+            ),
+            CapiLine::V1beta2 => (
+                "cluster.x-k8s.io/v1beta2",
+                "controlplane.cluster.x-k8s.io/v1beta2",
+                "bootstrap.cluster.x-k8s.io/v1beta2",
+            ),
+        }
+    }
+}
+
 /// How a MachineDeployment replaces machines (`max_batch_size` of an
 /// upgrade): at most `max_surge` machines above the desired count and
 /// `max_unavailable` below it while rolling.
@@ -180,22 +199,13 @@ pub fn spec_hash(v: &Value) -> String {
 
 impl ClusterInput {
     pub fn capi(&self) -> &'static str {
-        match self.line {
-            CapiLine::V1beta1 => "cluster.x-k8s.io/v1beta1",
-            CapiLine::V1beta2 => "cluster.x-k8s.io/v1beta2",
-        }
+        self.line.api_versions().0
     }
     pub fn kcp_api(&self) -> &'static str {
-        match self.line {
-            CapiLine::V1beta1 => "controlplane.cluster.x-k8s.io/v1beta1",
-            CapiLine::V1beta2 => "controlplane.cluster.x-k8s.io/v1beta2",
-        }
+        self.line.api_versions().1
     }
     fn bootstrap_api(&self) -> &'static str {
-        match self.line {
-            CapiLine::V1beta1 => "bootstrap.cluster.x-k8s.io/v1beta1",
-            CapiLine::V1beta2 => "bootstrap.cluster.x-k8s.io/v1beta2",
-        }
+        self.line.api_versions().2
     }
     fn v2(&self) -> bool {
         self.line == CapiLine::V1beta2

@@ -192,16 +192,7 @@ impl Engine {
 /// and what CAPI deletes with it (control plane, MachineDeployments,
 /// infrastructure): (apiVersion, kind, plural), all carrying our uuid label.
 fn labelled_kinds(line: CapiLine) -> [(&'static str, &'static str, &'static str); 9] {
-    let (capi, bootstrap) = match line {
-        CapiLine::V1beta1 => (
-            "cluster.x-k8s.io/v1beta1",
-            "bootstrap.cluster.x-k8s.io/v1beta1",
-        ),
-        CapiLine::V1beta2 => (
-            "cluster.x-k8s.io/v1beta2",
-            "bootstrap.cluster.x-k8s.io/v1beta2",
-        ),
-    };
+    let (capi, _, bootstrap) = line.api_versions();
     [
         ("v1", "Secret", "secrets"),
         (

@@ -104,7 +104,7 @@ pub(super) enum Parts {
 }
 
 /// An object with only `changes` set (what `repo::save` writes).
-pub(super) fn obj_with(class: &'static ovo::ClassSpec, changes: &[(&str, Value)]) -> MagnumObject {
+pub(crate) fn obj_with(class: &'static ovo::ClassSpec, changes: &[(&str, Value)]) -> MagnumObject {
     let mut o = MagnumObject::new(class);
     for (k, v) in changes {
         if let Err(e) = o.set(k, v.clone()) {
@@ -115,14 +115,11 @@ pub(super) fn obj_with(class: &'static ovo::ClassSpec, changes: &[(&str, Value)]
 }
 
 pub(super) fn capi_apiversion(line: CapiLine) -> &'static str {
-    match line {
-        CapiLine::V1beta1 => "cluster.x-k8s.io/v1beta1",
-        CapiLine::V1beta2 => "cluster.x-k8s.io/v1beta2",
-    }
+    line.api_versions().0
 }
 
 /// A namespaced dynamic API for `apiVersion`/`kind`/`plural`.
-pub(super) fn dynamic_api(
+pub(crate) fn dynamic_api(
     client: &kube::Client,
     ns: &str,
     api_version: &str,
