@@ -110,6 +110,10 @@ ANS_REQS="ansible-core>=2.17,<2.18"
 # apart from the role test's venv (ansible-lint would move its ansible-core).
 LINT_VENV="${ANSIBLE_LINT_VENV:-$HOME/.cache/magnum-conductor-rs/venv-ansible-lint-25.1.3}"
 LINT_REQS="ansible-lint==25.1.3 ansible-core>=2.17,<2.18"
+# Magnum's own API test suite (tests/python/test_tempest.py): tempest and
+# the plugin, pinned, in a venv of their own.
+TEMPEST_VENV="${TEMPEST_VENV:-$HOME/.cache/magnum-conductor-rs/venv-tempest-47.0.0}"
+TEMPEST_REQS="tempest==47.0.0 magnum-tempest-plugin==2.12.0"
 make_venv "$VENV" "$PY_REQS"
 make_venv "$VENV22" "$PY22_REQS"
 make_venv "$KS_VENV" "$KS_REQS"
@@ -117,6 +121,13 @@ make_venv "$API_VENV" "$API_REQS"
 make_venv "$API22_VENV" "$API22_REQS"
 make_venv "$ANS_VENV" "$ANS_REQS"
 make_venv "$LINT_VENV" "$LINT_REQS"
+make_venv "$TEMPEST_VENV" "$TEMPEST_REQS"
+# The plugin's copy_pod_logs.sh calls kubectl where devstack puts it.
+if [ ! -x /opt/stack/bin/kubectl ]; then
+  log "linking /opt/stack/bin/kubectl (devstack's path, for magnum-tempest-plugin)"
+  $SUDO mkdir -p /opt/stack/bin
+  $SUDO ln -sf "$(command -v kubectl)" /opt/stack/bin/kubectl
+fi
 install_driver "$API_VENV"
 install_driver "$API22_VENV"
-echo "export MAGNUM_VENV=$VENV MAGNUM22_VENV=$VENV22 KEYSTONE_VENV=$KS_VENV MAGNUM_API_VENV=$API_VENV MAGNUM22_API_VENV=$API22_VENV PROMETHEUS_DIR=$PROM_DIR ANSIBLE_VENV=$ANS_VENV ANSIBLE_LINT_VENV=$LINT_VENV"
+echo "export MAGNUM_VENV=$VENV MAGNUM22_VENV=$VENV22 KEYSTONE_VENV=$KS_VENV MAGNUM_API_VENV=$API_VENV MAGNUM22_API_VENV=$API22_VENV PROMETHEUS_DIR=$PROM_DIR ANSIBLE_VENV=$ANS_VENV ANSIBLE_LINT_VENV=$LINT_VENV TEMPEST_VENV=$TEMPEST_VENV"

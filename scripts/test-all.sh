@@ -25,6 +25,16 @@ fi
 echo "== cargo build (with the crash points the restart tests use)"
 cargo build --workspace --quiet --features conductor/failpoints
 grep -a -q MAGNUM_CONDUCTOR_FAILPOINT target/debug/magnum-conductor
+# Magnum's own API tests through tempest (tests/python/test_tempest.py) run
+# beside everything below: most of their ~15 minutes is the plugin's own
+# sleeping. Their output comes at the end.
+echo "== magnum-tempest-plugin 2.12.0: started in the background"
+tempest_log="$(mktemp)"
+MAGNUM_CONDUCTOR_BIN="$PWD/target/debug/magnum-conductor" \
+  "$MAGNUM_VENV/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q tests/python/test_tempest.py \
+  >"$tempest_log" 2>&1 &
+tempest_pid=$!
+trap 'kill "$tempest_pid" 2>/dev/null || true' EXIT
 echo "== cargo test (unit + integration, real RabbitMQ)"
 MAGNUM_VENV="$MAGNUM_VENV" cargo test --workspace --quiet --features conductor/failpoints 2>&1 | tee /tmp/mc-cargo-test.log
 echo "== magnum-api driver package (Magnum 23.0.0 and 22.0.0, installed as operators do)"
@@ -33,7 +43,17 @@ for api_venv in "$MAGNUM_API_VENV" "$MAGNUM22_API_VENV"; do
 done
 echo "== python interop tests (Magnum 23.0.0 client)"
 MAGNUM_CONDUCTOR_BIN="$PWD/target/debug/magnum-conductor" \
-  "$MAGNUM_VENV/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q --durations=12 tests/python
+  "$MAGNUM_VENV/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q --durations=12 tests/python \
+  --ignore=tests/python/test_tempest.py
+echo "== magnum-tempest-plugin 2.12.0 (tempest 47.0.0, real magnum-api and Keystone, workload apiservers)"
+tempest_rc=0
+wait "$tempest_pid" || tempest_rc=$?
+trap - EXIT
+cat "$tempest_log"
+if [ "$tempest_rc" != 0 ]; then
+  echo "magnum-tempest-plugin tests failed (exit $tempest_rc)" >&2
+  exit 1
+fi
 echo "== fuzz targets, briefly (scripts/fuzz.sh run 600 for the long run)"
 if rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal >/dev/null 2>&1; then
   scripts/fuzz.sh run 20

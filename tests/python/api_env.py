@@ -20,12 +20,13 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 from conftest import (ROOT, Conductor, free_port, new_database, new_vhost, rabbitmqctl, write_conf)
 from openstack_standin import Cloud
 from test_lifecycle import Sim
-from test_lifecycle_keystone import KEYSTONE, call, start_keystone
+from test_lifecycle_keystone import KEYSTONE, call, password_token, start_keystone
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CACHE = os.path.expanduser("~/.cache/magnum-conductor-rs")
@@ -42,7 +43,7 @@ def keystone_start(tmp):
     a dict of what the test needs, `stop` included."""
     d = tmp / "keystone"
     d.mkdir()
-    url, _, admin = start_keystone(d)
+    url, admin_pw, admin = start_keystone(d)
 
     def make(kind, body):
         status, _, got = call("POST", f"{url}/{kind}s", admin, {kind: body})
@@ -79,19 +80,45 @@ def keystone_start(tmp):
             make("endpoint", {"service_id": sid, "interface": interface, "url": endpoint,
                               "region_id": "RegionOne"})
 
-    return dict(url=url, dir=d, admin_token=admin, tenant=tenant, alice=alice, register=register,
+    tokens = {}
+    service = [admin]
+
+    def user_of(token):
+        """The user a token was issued to (GET /v3/auth/tokens, as Nova's
+        auth middleware asks), or None for a token Keystone refuses."""
+        if not token:
+            return None
+        if token not in tokens:
+            status, _, got = call_with("GET", f"{url}/auth/tokens", service[0], {"X-Subject-Token": token})
+            if status == 401:  # the validating token expired: a new one
+                service[0], _ = password_token(url, "admin", admin_pw, project_name="admin")
+                status, _, got = call_with("GET", f"{url}/auth/tokens", service[0], {"X-Subject-Token": token})
+            tokens[token] = got["token"]["user"]["id"] if status == 200 else None
+        return tokens[token]
+
+    return dict(url=url, dir=d, admin_token=admin, tenant=tenant, alice=alice, register=register, user_of=user_of,
                 stop=lambda: subprocess.run([KEYSTONE, "stop", str(d)], timeout=30))
 
 
+def call_with(method, url, token, headers):
+    req = urllib.request.Request(url, method=method, headers={"X-Auth-Token": token, **headers})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, dict(r.headers), json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), None
+
+
 class ApiEnv:
-    def __init__(self, tmp, release="23", mode="console", line="v1beta2"):
+    def __init__(self, tmp, release="23", mode="console", line="v1beta2", workload_apiservers=False,
+                 api_conf_extra=""):
         self.tmp, self.release, self.mode = tmp, release, mode
         self.venv = API_VENVS[release]
         assert os.path.exists(os.path.join(self.venv, "bin", "magnum-api")), \
             f"{self.venv}: run scripts/setup-env.sh"
         self.procs = []
         self.ks = keystone_start(tmp)
-        self.cloud = Cloud()
+        self.cloud = Cloud(user_of=self.ks["user_of"])
         cloud_url = self.cloud.start()
         self.api_port = free_port()
         self.api_url = f"http://127.0.0.1:{self.api_port}"
@@ -99,7 +126,7 @@ class ApiEnv:
         self.ks["register"]("image", "glance", f"{cloud_url}/image")
         self.ks["register"]("compute", "nova", f"{cloud_url}/compute/v2.1")
         self.ks["register"]("network", "neutron", f"{cloud_url}/network")
-        self.sim = Sim(tmp, line, 20)
+        self.sim = Sim(tmp, line, 20, workload_apiservers=workload_apiservers)
         self.vhost = new_vhost("e2e")
         build, revision = DB_BUILD[release]
         self.db_url = new_database("e2e", build=build, revision=revision)
@@ -120,7 +147,7 @@ class ApiEnv:
             f"trustee_domain_admin_domain_name = magnum\ntrustee_domain_admin_password = {SERVICE_PW}\n"
             f"[oslo_messaging_notifications]\ndriver = noop\n"
             f"[oslo_concurrency]\nlock_path = {tmp}\n"
-            f"[capi]\nos_distros = ubuntu,rockylinux\n")
+            f"[capi]\nos_distros = ubuntu,rockylinux\n{api_conf_extra}")
         # Our conductor: the same broker vhost, database and [capi] group.
         self.metrics_port = free_port()
         self.conductor_conf = str(tmp / "conductor.conf")

@@ -2,6 +2,7 @@
 Magnum's schema, our conductor and the real Python magnum-conductor as
 subprocesses, and Magnum's own RPC client."""
 import atexit
+import fcntl
 import json
 import os
 import signal
@@ -25,9 +26,32 @@ VENV22_BIN = os.path.join(os.environ.get("MAGNUM22_VENV", os.path.expanduser(
 VENV_BIN = os.path.join(__import__("sys").prefix, "bin")  # the venv, not the interpreter it links to
 
 
+# Stopping the shared RabbitMQ (`rabbitmqctl stop_app`, the broker-restart
+# tests) waits for, and then keeps out, test processes that need it up the
+# whole time they run: test_tempest.py, which scripts/test-all.sh runs beside
+# the rest of the suite, holds this lock shared (`broker_needed`).
+BROKER_LOCK = os.path.join(tempfile.gettempdir(), "magnum-conductor-rs-broker.lock")
+_broker_outage = None
+
+
 def rabbitmqctl(*args):
+    global _broker_outage
+    if args[:1] == ("stop_app",) and _broker_outage is None:
+        _broker_outage = open(BROKER_LOCK, "a")
+        fcntl.flock(_broker_outage, fcntl.LOCK_EX)
     out = subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, text=True, timeout=60)
+    if args[:1] == ("start_app",) and _broker_outage is not None:
+        _broker_outage.close()
+        _broker_outage = None
     return out.stdout
+
+
+def broker_needed():
+    """Hold while the broker must not be stopped by another test process
+    (close the returned file to let go)."""
+    f = open(BROKER_LOCK, "a")
+    fcntl.flock(f, fcntl.LOCK_SH)
+    return f
 
 
 def new_vhost(prefix):

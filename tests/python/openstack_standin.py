@@ -9,10 +9,19 @@ registered there as the `image`, `compute` and `network` services and answers
 the reads both client generations make (version discovery included), with
 the bodies of the real APIs (Glance v2, Nova v2.1, Neutron v2.0).
 
+Nova's keypair API also takes creates and deletes (`POST /os-keypairs`,
+`DELETE /os-keypairs/NAME`, as tempest's keypairs client sends them, answered
+with the v2.1 bodies and status codes its response schemas check). Keypairs
+belong to a user, as in Nova: given `user_of` (token -> user id, e.g. by
+asking Keystone as Nova's auth middleware does), each user sees the keypairs
+it made plus the cloud's preset ones; without it, one user.
+
 Nothing here is a Magnum or conductor behaviour: it only stands for a cloud
 that has these resources. Every request is recorded (method, path) so a test
 can tell that a check really asked.
 """
+import base64
+import hashlib
 import json
 import threading
 import urllib.parse
@@ -44,14 +53,16 @@ def network(name, external):
 
 
 class Cloud:
-    def __init__(self):
+    def __init__(self, user_of=None):
         self.images = [image("ubuntu-2204-kube-v1.30.4", "ubuntu"),
                        image("ubuntu-2204-kube-v1.31.1", "ubuntu"),
                        image("flatcar-kube-v1.30.4", "flatcar"),
                        image("no-distro", None)]
         self.flavors = [flavor("m1.small", 2, 4096, 20), flavor("m1.medium", 4, 8192, 40)]
-        self.keypairs = {"mykey": {"name": "mykey", "type": "ssh", "fingerprint": "aa:bb",
-                                   "public_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI test"}}
+        # (user id or None for every user, name) -> keypair.
+        self.keypairs = {(None, "mykey"): {"name": "mykey", "type": "ssh", "fingerprint": "aa:bb",
+                                           "public_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI test"}}
+        self.user_of = user_of or (lambda token: None)
         self.networks = [network("public", True), network("private", False)]
         self.requests = []
         self.lock = threading.Lock()
@@ -67,10 +78,25 @@ class Cloud:
                 pass
 
             def do_GET(self):
+                self.reply("GET")
+
+            def do_POST(self):
+                self.reply("POST")
+
+            def do_DELETE(self):
+                self.reply("DELETE")
+
+            def reply(self, method):
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
                 with cloud.lock:
-                    cloud.requests.append(("GET", self.path))
-                status, body = cloud.answer(self.path, f"http://{self.headers.get('Host')}")
-                data = json.dumps(body).encode()
+                    cloud.requests.append((method, self.path))
+                user = cloud.user_of(self.headers.get("X-Auth-Token"))
+                if method == "GET":
+                    status, body = cloud.answer(self.path, f"http://{self.headers.get('Host')}", user)
+                else:
+                    status, body = cloud.change(method, self.path, raw, user)
+                data = b"" if body is None else json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -93,7 +119,51 @@ class Cloud:
         with self.lock:
             return [p for _, p in self.requests if p.startswith(prefix)]
 
-    def answer(self, raw, base):
+    def keypair(self, user, name):
+        with self.lock:
+            return self.keypairs.get((user, name)) or self.keypairs.get((None, name))
+
+    def change(self, method, raw, body, user=None):
+        """Nova's keypair create and delete (v2.1: 200 with the generated
+        private key; 202; 404 and 409 as Nova answers them)."""
+        path = urllib.parse.urlsplit(raw).path.rstrip("/")
+        if method == "POST" and path == "/compute/v2.1/os-keypairs":
+            try:
+                want = json.loads(body or b"{}")["keypair"]
+                name = want["name"]
+            except (ValueError, KeyError, TypeError):
+                return 400, {"badRequest": {"code": 400, "message": "Invalid input for field/attribute keypair."}}
+            with self.lock:
+                if (user, name) in self.keypairs or (None, name) in self.keypairs:
+                    return 409, {"conflictingRequest": {"code": 409,
+                                                        "message": f"Key pair '{name}' already exists."}}
+                private = None
+                public = want.get("public_key")
+                if not public:
+                    from cryptography.hazmat.primitives import serialization
+                    from cryptography.hazmat.primitives.asymmetric import ed25519
+                    key = ed25519.Ed25519PrivateKey.generate()
+                    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                                           serialization.PublicFormat.OpenSSH).decode()
+                    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                                serialization.NoEncryption()).decode()
+                digest = hashlib.md5(base64.b64decode(public.split()[1])).hexdigest()
+                kp = {"name": name, "type": "ssh", "public_key": public, "user_id": user or "stand-in",
+                      "fingerprint": ":".join(digest[i:i + 2] for i in range(0, 32, 2))}
+                self.keypairs[(user, name)] = kp
+            created = {k: kp[k] for k in ("name", "public_key", "user_id", "fingerprint")}
+            if private:
+                created["private_key"] = private
+            return 200, {"keypair": created}
+        if method == "DELETE" and path.startswith("/compute/v2.1/os-keypairs/"):
+            name = urllib.parse.unquote(path.rsplit("/", 1)[1])
+            with self.lock:
+                if self.keypairs.pop((user, name), None) is None:
+                    return 404, {"itemNotFound": {"code": 404, "message": f"Keypair {name} not found"}}
+            return 202, None
+        return 404, {"itemNotFound": {"code": 404, "message": "not found"}}
+
+    def answer(self, raw, base, user=None):
         url = urllib.parse.urlsplit(raw)
         path = url.path.rstrip("/")
         q = urllib.parse.parse_qs(url.query)
@@ -130,7 +200,7 @@ class Cloud:
             found = [f for f in self.flavors if ident in (f["id"], f["name"])]
             return (200, {"flavor": found[0]}) if found else not_found
         if path.startswith("/compute/v2.1/os-keypairs/"):
-            kp = self.keypairs.get(urllib.parse.unquote(path.rsplit("/", 1)[1]))
+            kp = self.keypair(user, urllib.parse.unquote(path.rsplit("/", 1)[1]))
             return (200, {"keypair": kp}) if kp else not_found
         # Neutron v2.0.
         if path in ("/network/v2.0/networks", "/network/v2.0/networks.json"):

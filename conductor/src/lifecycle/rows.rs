@@ -284,8 +284,17 @@ pub fn cluster_input(
     let stack_id = opt(cluster, "stack_id").ok_or("cluster without stack_id")?;
     let network_driver = opt(template, "network_driver").unwrap_or_else(|| "calico".into());
     if network_driver != "calico" && network_driver != "cilium" {
+        // magnum-api fills an unset network driver from
+        // [cluster_template] kubernetes_default_network_driver (flannel).
+        let fix = if network_driver == "flannel" {
+            "; magnum-api's default is flannel: create the template with --network-driver \
+             calico, or set [cluster_template] kubernetes_default_network_driver = calico \
+             in magnum-api's magnum.conf"
+        } else {
+            ""
+        };
         return Err(format!(
-            "network_driver {network_driver:?} is not supported (supported: calico, cilium)"
+            "network_driver {network_driver:?} is not supported (supported: calico, cilium){fix}"
         ));
     }
     let (labels, warnings) =
@@ -543,6 +552,11 @@ mod tests {
         flannel.set("network_driver", json!("flannel")).unwrap();
         let e = cluster_input(CapiLine::V1beta1, "magnum-", &c, &flannel, &ngs).unwrap_err();
         assert!(e.contains("flannel"), "{e}");
+        // magnum-api's default: the fix is named.
+        assert!(
+            e.contains("kubernetes_default_network_driver = calico"),
+            "{e}"
+        );
         let even = vec![
             default_nodegroup(&c, &t, 2, true, "m").unwrap(),
             default_nodegroup(&c, &t, 2, false, "w").unwrap(),

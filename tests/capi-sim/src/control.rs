@@ -5,6 +5,8 @@
 //! - `GET /_sim/ready`; `POST /_sim/controllers/pause` (returns once no
 //!   controller writes), `POST /_sim/controllers/resume`;
 //!   `GET /_sim/controller-errors` (writes the apiserver refused);
+//!   `GET /_sim/workload-apiservers` (`{"endpoints": {"ns/cluster":
+//!   "https://..."}, "errors": [...]}`, with `--workload-apiservers`);
 //! - proxy: `GET|POST|DELETE /_sim/faults` (a [`crate::faults::Rule`]),
 //!   `POST /_sim/watches/drop`, `GET|DELETE /_sim/requests`
 //!   (`{client: {verb: n}}`);
@@ -29,6 +31,7 @@ pub struct Control {
     pub line: Line,
     pub controllers: Option<Controllers>,
     pub proxy: Option<Arc<Proxy>>,
+    pub workloads: Option<crate::workload::Workloads>,
 }
 
 type Reply = (StatusCode, Json<Value>);
@@ -166,12 +169,27 @@ async fn clone(State(c): State<Control>, Json(req): Json<Value>) -> Reply {
     }
 }
 
+async fn workloads(State(c): State<Control>) -> Reply {
+    match &c.workloads {
+        Some(w) => {
+            let endpoints: serde_json::Map<String, Value> = w
+                .endpoints()
+                .into_iter()
+                .map(|((ns, n), (h, p))| (format!("{ns}/{n}"), json!(format!("https://{h}:{p}"))))
+                .collect();
+            ok(json!({"endpoints": endpoints, "errors": w.errors()}))
+        }
+        None => missing("workload apiservers"),
+    }
+}
+
 pub fn router(c: Control) -> axum::Router {
     axum::Router::new()
         .route("/_sim/ready", get(ready))
         .route("/_sim/controllers/pause", post(pause))
         .route("/_sim/controllers/resume", post(resume))
         .route("/_sim/controller-errors", get(errors))
+        .route("/_sim/workload-apiservers", get(workloads))
         .route(
             "/_sim/faults",
             get(faults_get).post(faults_add).delete(faults_clear),

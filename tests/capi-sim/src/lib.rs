@@ -16,7 +16,9 @@
 //!   apiserver (errors, delays, hangs, cut watches, request counts);
 //! - [`controlplane`]: start, restart and stop real control planes;
 //! - [`control`]: the simulator's own HTTP endpoint; [`clone`]: fleets for
-//!   benchmarks.
+//!   benchmarks;
+//! - [`workload`]: real apiservers for workload clusters, from their CA
+//!   Secrets (opt-in).
 
 pub mod admission;
 pub mod cache;
@@ -31,6 +33,7 @@ pub mod proxy;
 pub mod runtime;
 pub mod tls;
 pub mod webhooks;
+pub mod workload;
 
 pub use kinds::Line;
 pub use runtime::{Controllers, Options};

@@ -51,6 +51,12 @@ struct Args {
     /// The control endpoint (plain HTTP).
     #[arg(long, default_value = "127.0.0.1:0")]
     control: SocketAddr,
+    /// Run a real kube-apiserver for each workload cluster once its
+    /// `<cluster>-ca` Secret exists, and publish its address as the
+    /// control-plane endpoint (needs the `env` file `../shared/k8s/up.sh`
+    /// wrote beside the kubeconfig).
+    #[arg(long)]
+    workload_apiservers: bool,
     /// Written with the control URL once ready.
     #[arg(long)]
     ready_file: Option<PathBuf>,
@@ -79,11 +85,22 @@ async fn run(args: Args) -> Result<(), String> {
             .map_err(|x| format!("registering the webhooks: {x}"))?;
         Some(w)
     };
+    let workloads = if args.workload_apiservers {
+        let settings = capi_sim::workload::Settings::beside(&args.kubeconfig)
+            .map_err(|x| format!("--workload-apiservers: {x}"))?;
+        Some(capi_sim::workload::Workloads::start(
+            client.clone(),
+            settings,
+        ))
+    } else {
+        None
+    };
     let controllers = (!args.no_controllers).then(|| {
         let mut o = capi_sim::Options::new(args.line);
         o.tick = std::time::Duration::from_millis(args.tick_ms);
         o.namespace_prefix = args.namespace_prefix.clone();
         o.concurrency = args.concurrency;
+        o.workloads = workloads.clone();
         capi_sim::Controllers::start(client.clone(), o)
     });
     if let Some(c) = &controllers {
@@ -108,6 +125,7 @@ async fn run(args: Args) -> Result<(), String> {
         line: args.line,
         controllers,
         proxy,
+        workloads: workloads.clone(),
     };
     let listener = tokio::net::TcpListener::bind(args.control)
         .await
@@ -133,6 +151,9 @@ async fn run(args: Args) -> Result<(), String> {
     }
     if webhooks.is_some() {
         capi_sim::admission::Webhooks::unregister(&client, &args.webhook_name).await;
+    }
+    if let Some(w) = &workloads {
+        w.stop();
     }
     Ok(())
 }

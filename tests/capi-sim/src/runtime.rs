@@ -40,6 +40,9 @@ pub struct Options {
     pub namespace_prefix: Option<String>,
     /// Clusters reconciled at once.
     pub concurrency: usize,
+    /// Real apiservers for the workload clusters ([`crate::workload`]);
+    /// their addresses become the control-plane endpoints.
+    pub workloads: Option<crate::workload::Workloads>,
 }
 
 impl Options {
@@ -49,6 +52,7 @@ impl Options {
             tick: Duration::from_millis(20),
             namespace_prefix: None,
             concurrency: 8,
+            workloads: None,
         }
     }
 }
@@ -102,6 +106,17 @@ impl Controllers {
         }
         let me = c.clone();
         tasks.push(tokio::spawn(async move { me.run().await }));
+        if let Some(mut ready) = c.0.opts.workloads.as_ref().and_then(|w| w.take_ready()) {
+            let me = c.clone();
+            tasks.push(tokio::spawn(async move {
+                while let Some(key) = ready.recv().await {
+                    me.wake(Wake {
+                        all: false,
+                        clusters: [key].into(),
+                    });
+                }
+            }));
+        }
         *lock(&c.0.tasks) = tasks;
         c
     }
@@ -315,6 +330,9 @@ impl Controllers {
                 return true;
             };
             let mut ctx = Ctx::new(&cache, self.0.opts.line);
+            if kind == Kind::OpenStackCluster {
+                ctx.endpoints = self.0.opts.workloads.as_ref().map(|w| w.endpoints());
+            }
             reconcile(&mut ctx, obj);
             ctx.actions
         };

@@ -70,6 +70,11 @@ pub struct Ctx<'a> {
     /// RFC 3339, for condition transition times.
     pub now: String,
     pub actions: Vec<Action>,
+    /// With `--workload-apiservers`: the addresses of the workload
+    /// clusters' apiservers that are ready, by (namespace, cluster); the
+    /// API load balancer CAPO publishes ([`openstack`]). None: simulated
+    /// addresses.
+    pub endpoints: Option<std::collections::BTreeMap<crate::workload::ClusterKey, (String, u16)>>,
 }
 
 pub type Reconcile = fn(&mut Ctx<'_>, Value);
@@ -99,6 +104,7 @@ impl<'a> Ctx<'a> {
             v2: line.v2(),
             now: chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
             actions: Vec::new(),
+            endpoints: None,
         }
     }
 

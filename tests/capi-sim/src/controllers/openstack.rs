@@ -6,7 +6,11 @@
 //! endpoint, and `status.ready` (`reconcileNormal`). A fatal error sets
 //! `failureReason`/`failureMessage` (`handleUpdateOSCError`, isFatal).
 //! Simulated: no OpenStack; the resources get made-up ids, the load
-//! balancer the address 203.0.113.10. Fault: the annotation
+//! balancer the address 203.0.113.10, or, with `--workload-apiservers`, the
+//! address of the cluster's real apiserver ([`crate::workload`]): until
+//! that one is ready the cluster waits, as CAPO waits for its load balancer
+//! to be ACTIVE before it sets the endpoint (`reconcileNetworkComponents` ->
+//! `reconcileAPILoadBalancer`). Fault: the annotation
 //! `capi-sim/fail-reason` on the object or its Namespace fails it with that
 //! message (e.g. a quota error).
 
@@ -41,17 +45,46 @@ pub fn reconcile(c: &mut Ctx<'_>, cur: Value) {
         next["status"] =
             json!({"ready": false, "failureReason": "UpdateError", "failureMessage": reason});
     } else if cur.pointer("/status/ready") != Some(&json!(true)) {
+        let (host, port) = match &c.endpoints {
+            None => ("203.0.113.10".to_string(), 6443),
+            Some(ready) => {
+                let cluster = cluster_name(&cur).unwrap_or_else(|| n.clone());
+                match ready.get(&(namespace(&cur).to_string(), cluster)) {
+                    Some((h, p)) => (h.clone(), *p),
+                    // Its apiserver is still starting: looked at again
+                    // once it is ready.
+                    None => {
+                        c.write(Kind::OpenStackCluster, &cur, next);
+                        return;
+                    }
+                }
+            }
+        };
         let id = short_hash(&json!(meta(&cur, "uid")));
         next["status"] = json!({
             "ready": true,
             "network": {"id": format!("net-{id}"), "name": format!("k8s-clusterapi-cluster-{n}")},
             "router": {"id": format!("router-{id}"), "name": format!("k8s-clusterapi-cluster-{n}")},
             "apiServerLoadBalancer": {"id": format!("lb-{id}"), "name": format!("k8s-clusterapi-cluster-{n}-kubeapi"),
-                                      "ip": "203.0.113.10", "internalIP": "10.6.0.10"},
+                                      "ip": host, "internalIP": "10.6.0.10"},
         });
         if next.pointer("/spec/controlPlaneEndpoint/host").is_none() {
-            next["spec"]["controlPlaneEndpoint"] = json!({"host": "203.0.113.10", "port": 6443});
+            next["spec"]["controlPlaneEndpoint"] = json!({"host": host, "port": port});
         }
     }
     c.write(Kind::OpenStackCluster, &cur, next);
+}
+
+/// The Cluster it belongs to (CAPI's label, else its owner).
+fn cluster_name(o: &Value) -> Option<String> {
+    o.pointer("/metadata/labels/cluster.x-k8s.io~1cluster-name")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or_else(|| {
+            owner_refs(o)
+                .iter()
+                .find(|r| r["kind"] == "Cluster")
+                .and_then(|r| r["name"].as_str())
+                .map(str::to_string)
+        })
 }
