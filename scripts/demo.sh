@@ -59,7 +59,7 @@ cert_manager_type = x509keypair
 listen = 127.0.0.1:19323
 [capi]
 kubeconfig = $work/k8s/kubeconfig
-# Demo only: one shared application credential (see README, "Credentials").
+# Demo only: one shared application credential (see docs/lifecycle.md, "Credentials").
 static_auth_url = https://keystone.example.com:5000/v3
 static_application_credential_id = demo-application-credential
 static_application_credential_secret = demo-secret

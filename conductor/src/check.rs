@@ -422,7 +422,9 @@ async fn management(cfg: &Config) -> Vec<Line> {
     }];
     if cfg.capi.ha_leases {
         out.push(
-            match crate::lifecycle::lease::prepare(&client, &cfg.capi.lease_namespace).await {
+            match crate::lifecycle::coordination::lease::prepare(&client, &cfg.capi.lease_namespace)
+                .await
+            {
                 Ok(()) => Line::ok(
                     "leases",
                     format!("namespace {} usable", cfg.capi.lease_namespace),

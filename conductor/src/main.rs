@@ -43,7 +43,11 @@ enum Command {
     Check,
     /// Print every option this conductor reads, with its default and help,
     /// in oslo-config-generator's sample format.
-    ConfigSample,
+    ConfigSample {
+        /// The configuration reference page instead (docs/configuration.md).
+        #[arg(long)]
+        markdown: bool,
+    },
     /// Take over CLUSTER (uuid or name), a running cluster another driver
     /// created: prints the plan (objects owned, created or kept; machines
     /// that would be replaced: an adoption replaces none), then marks its
@@ -116,8 +120,12 @@ async fn shutdown_signal() {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if matches!(args.command, Some(Command::ConfigSample)) {
-        print!("{}", common::config::sample());
+    if let Some(Command::ConfigSample { markdown }) = args.command {
+        if markdown {
+            print!("{}", common::config::reference::markdown());
+        } else {
+            print!("{}", common::config::sample());
+        }
         return ExitCode::SUCCESS;
     }
     let files = if args.config_file.is_empty() && args.config_dir.is_empty() {
@@ -174,7 +182,7 @@ fn main() -> ExitCode {
     };
     match args.command {
         Some(Command::DbCreate { revision }) => runtime.block_on(db_create(cfg, revision)),
-        Some(Command::ConfigSample) => ExitCode::SUCCESS,
+        Some(Command::ConfigSample { .. }) => ExitCode::SUCCESS,
         Some(Command::Check) => runtime.block_on(async {
             let lines = conductor::check::run(&cfg).await;
             for l in &lines {
@@ -280,7 +288,7 @@ async fn start_lifecycle(
     metrics: &Metrics,
     notifier: &conductor::notify::Notifier,
     server_id: &str,
-    broker: conductor::lifecycle::elect::ConnectionWatch,
+    broker: conductor::lifecycle::coordination::elect::ConnectionWatch,
 ) -> Result<Option<conductor::lifecycle::Engine>, ExitCode> {
     let required = cfg.capi.kubeconfig.is_some();
     let connected = async {
@@ -303,7 +311,9 @@ async fn start_lifecycle(
     };
     tracing::info!(line = ?line, "management cluster connected");
     if cfg.capi.ha_leases {
-        match conductor::lifecycle::lease::prepare(&client, &cfg.capi.lease_namespace).await {
+        match conductor::lifecycle::coordination::lease::prepare(&client, &cfg.capi.lease_namespace)
+            .await
+        {
             Ok(()) => {}
             Err(kube::Error::Api(e)) if e.code == 401 || e.code == 403 => {
                 let msg = format!(

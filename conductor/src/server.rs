@@ -59,7 +59,7 @@ pub struct RpcServer<H: Handlers> {
         watch::Receiver<Option<Channel>>,
     ),
     /// The current connection, for the broker leader election
-    /// (`crate::lifecycle::elect`).
+    /// (`crate::lifecycle::coordination::elect`).
     connection: watch::Sender<Option<Arc<Connection>>>,
 }
 

@@ -1,4 +1,4 @@
-//! The Lease protocol (src/lifecycle/lease.rs) against a real kube-apiserver
+//! The Lease protocol (src/lifecycle/coordination/lease.rs) against a real kube-apiserver
 //! (`../shared/k8s`: resourceVersion preconditions, 409s): one holder at a time,
 //! release deletes, expiry by observation, and a release that lost a race
 //! with a renewal still deletes the lease (found by 100 creates on two
@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use capi_sim::Line;
-use conductor::lifecycle::lease::{Leases, cluster_lease};
+use conductor::lifecycle::coordination::lease::{Leases, cluster_lease};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::api::PostParams;
@@ -32,7 +32,7 @@ async fn client() -> (kube::Client, String) {
         "leases-{}",
         &uuid::Uuid::new_v4().simple().to_string()[..12]
     );
-    conductor::lifecycle::lease::prepare(&client, &ns)
+    conductor::lifecycle::coordination::lease::prepare(&client, &ns)
         .await
         .unwrap();
     (client, ns)

@@ -1,4 +1,4 @@
-//! The broker leader election's lock (`conductor::lifecycle::elect`)
+//! The broker leader election's lock (`conductor::lifecycle::coordination::elect`)
 //! against a real RabbitMQ: one connection owns the exclusive queue, the
 //! others are refused with RESOURCE_LOCKED (their connection, which the
 //! RPC server consumes on, survives the refusal), the holder is shown in
@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use conductor::lifecycle::elect::{Attempt, LOCK_QUEUE, try_lock};
+use conductor::lifecycle::coordination::elect::{Attempt, LOCK_QUEUE, try_lock};
 use integration_tests::{Vhost, rabbitmqctl};
 use lapin::{Connection, ConnectionProperties};
 

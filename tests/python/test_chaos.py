@@ -15,7 +15,7 @@ duplicate CAPI object, nothing is left (rows, keypairs, CAPI objects, Secrets,
 cluster Leases), nothing is stuck *_IN_PROGRESS.
 
 Short form (CI): 4 clusters x 3 steps (20 operations), >= 8 faults.
-Long form (README "Several conductors"): scripts/chaos.sh, 25 clusters x 6
+Long form (docs/operator-guide.md, "Several conductors"): scripts/chaos.sh, 25 clusters x 6
 steps (200 operations) and up to 120 faults every 0.5-2.5 s while they run
 (about 45% kills).
 """

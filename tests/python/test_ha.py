@@ -2,9 +2,9 @@
 
 Production runs three (openstack-ansible puts one on each infra host). One
 status leader writes statuses, chosen on the broker (an exclusive queue,
-conductor/src/lifecycle/elect.rs, the default) or through a Lease
+conductor/src/lifecycle/coordination/elect.rs, the default) or through a Lease
 (`leader_election = lease`); each cluster's Lease in the management cluster
-(conductor/src/lifecycle/lease.rs) makes its operations (on any conductor)
+(conductor/src/lifecycle/coordination/lease.rs) makes its operations (on any conductor)
 and the leader's status passes exclusive; a conductor that dies holding one
 is taken over by the leader after the Lease was not renewed for
 `lease_duration` (5 s here).

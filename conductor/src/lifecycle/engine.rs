@@ -2,11 +2,11 @@
 //!
 //! One [`Engine`] per process (cloned into the RPC handlers): the database
 //! pool, the kube client, the watch caches, the per-cluster locks. The
-//! operations live in their own modules ([`super::create`],
-//! [`super::delete`], [`super::scale`], [`super::upgrade`],
-//! [`super::nodegroups`]) on top of the step runner ([`super::runner`]);
-//! the status worker in [`super::reconcile`], the startup resume in
-//! [`super::resume`]. What is shared lives here: reading and saving rows,
+//! operations live in their own modules ([`super::operations::create`],
+//! [`super::operations::delete`], [`super::operations::scale`], [`super::operations::upgrade`],
+//! [`super::operations::nodegroups`]) on top of the step runner ([`super::runner`]);
+//! the status worker in [`super::status::reconcile`], the startup resume in
+//! [`super::status::resume`]. What is shared lives here: reading and saving rows,
 //! computing what the management cluster should hold
 //! ([`Engine::desired`]), and applying it ([`Engine::converge`]).
 
@@ -54,8 +54,8 @@ pub(super) struct Inner {
     /// Template uuid -> its owner, and when that was read.
     pub(super) owners: Mutex<HashMap<String, (Owner, Instant)>>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    pub(super) leases: super::lease::Leases,
-    pub(super) broker: super::elect::ConnectionWatch,
+    pub(super) leases: super::coordination::lease::Leases,
+    pub(super) broker: super::coordination::elect::ConnectionWatch,
     pub(super) kicks: super::watch::Kicks,
     /// Per cluster in an update: its last progress fingerprint and when it
     /// changed (the "no progress" timeout).
@@ -78,7 +78,7 @@ pub struct Services {
     /// This process's name on the Leases it holds.
     pub identity: String,
     /// The RPC server's broker connection (the `amqp` leader election).
-    pub broker: super::elect::ConnectionWatch,
+    pub broker: super::coordination::elect::ConnectionWatch,
 }
 
 /// The lifecycle engine: cloned into the RPC handlers.
@@ -171,7 +171,7 @@ impl Engine {
             others: s.capi.other_drivers.clone(),
         };
         let watches = Watches::spawn(s.client.clone(), s.line, tx.clone(), s.metrics.clone());
-        let leases = super::lease::Leases::new(
+        let leases = super::coordination::lease::Leases::new(
             s.client.clone(),
             &s.capi.lease_namespace,
             &s.identity,

@@ -131,7 +131,7 @@ pub(super) struct Run<'a> {
     ctx: Option<rpc_schema::RequestContext>,
     durable: Option<&'a mut DurableSignal>,
     /// The cluster's Lease (held across conductors), then this process's lock.
-    lease: Option<super::lease::Held>,
+    lease: Option<super::coordination::lease::Held>,
     held: Option<tokio::sync::OwnedMutexGuard<()>>,
     /// Why the run may not go ahead (see [`Run::begin`]).
     blocked: Option<StepError>,
@@ -154,7 +154,7 @@ impl<'a> Run<'a> {
         durable: Option<&'a mut DurableSignal>,
     ) -> Run<'a> {
         let leases = &engine.0.leases;
-        let name = super::lease::cluster_lease(uuid);
+        let name = super::coordination::lease::cluster_lease(uuid);
         let got = if ctx.is_some() {
             leases
                 .acquire(&name, leases.duration() * 2 + Duration::from_secs(5))
@@ -192,7 +192,7 @@ impl<'a> Run<'a> {
                 run.blocked = Some(StepError::Busy {
                     cluster: uuid.to_string(),
                     why: match e {
-                        super::lease::LeaseError::Held(h) => {
+                        super::coordination::lease::LeaseError::Held(h) => {
                             format!("conductor {h} is changing it")
                         }
                         other => other.to_string(),

@@ -30,12 +30,12 @@ use rpc_schema::ovo::MagnumObject;
 use rpc_schema::{Outcome, RemoteFailure};
 use serde_json::{Map, Value, json};
 
-use super::engine::{Engine, Parts};
-use super::error::StepError;
-use super::plan::{self, Batch, Checked};
-use super::rows;
-use super::runner::{OnFailure, Op, Run};
 use crate::handlers::DurableSignal;
+use crate::lifecycle::engine::{Engine, Parts};
+use crate::lifecycle::error::StepError;
+use crate::lifecycle::plan::{self, Batch, Checked};
+use crate::lifecycle::rows;
+use crate::lifecycle::runner::{OnFailure, Op, Run};
 
 fn refuse(reason: &str) -> StepError {
     let mut kw = Map::new();

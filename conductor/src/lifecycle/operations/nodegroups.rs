@@ -27,14 +27,14 @@ use rpc_schema::ovo::MagnumObject;
 use rpc_schema::{Outcome, RemoteFailure};
 use serde_json::{Value, json};
 
-use super::engine::{Engine, Parts, capi_apiversion, dynamic_api};
-use super::error::StepError;
-use super::plan::Checked;
-use super::rows;
-use super::runner::{OnFailure, Op, Run};
 use crate::capi::naming;
 use crate::capi::render::{NODEGROUP_LABEL, UUID_LABEL};
 use crate::handlers::DurableSignal;
+use crate::lifecycle::engine::{Engine, Parts, capi_apiversion, dynamic_api};
+use crate::lifecycle::error::StepError;
+use crate::lifecycle::plan::Checked;
+use crate::lifecycle::rows;
+use crate::lifecycle::runner::{OnFailure, Op, Run};
 
 fn failure_plan(run: &mut Run<'_>, ng_uuid: &str, status: &'static str) {
     run.on_failure(OnFailure::Nodegroup {
@@ -241,7 +241,7 @@ impl Engine {
     /// Delete a worker group's MachineDeployment, health check and
     /// templates (already gone is fine). CAPI drains and deletes the
     /// machines.
-    pub(super) async fn delete_group_objects(
+    pub(in crate::lifecycle) async fn delete_group_objects(
         &self,
         cluster: &MagnumObject,
         key: &str,

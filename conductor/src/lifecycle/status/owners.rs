@@ -18,8 +18,8 @@ use rpc_schema::ovo::MagnumObject;
 use rpc_schema::{Outcome, RemoteFailure};
 use serde_json::{Map, Value};
 
-use super::engine::Engine;
 use crate::handlers::DurableSignal;
+use crate::lifecycle::engine::Engine;
 use crate::ownership::{self, Owner, TemplateKey};
 
 /// How long a template's owner is trusted (Magnum lets a template in use
@@ -29,7 +29,7 @@ const TEMPLATE_OWNER_TTL: Duration = Duration::from_secs(60);
 
 impl Engine {
     /// The owner of the clusters of template `uuid`.
-    pub(super) async fn template_owner(&self, uuid: &str) -> Result<Owner, DbError> {
+    pub(in crate::lifecycle) async fn template_owner(&self, uuid: &str) -> Result<Owner, DbError> {
         {
             let m = match self.0.owners.lock() {
                 Ok(m) => m,
@@ -80,7 +80,7 @@ impl Engine {
 
     /// Count and log that `what` (an RPC method, `status`, `resume`) left
     /// cluster `uuid` of `owner` alone.
-    pub(super) fn skipped(&self, what: &str, uuid: &str, owner: &Owner) {
+    pub(in crate::lifecycle) fn skipped(&self, what: &str, uuid: &str, owner: &Owner) {
         self.0
             .metrics
             .foreign_clusters
@@ -93,7 +93,7 @@ impl Engine {
     /// Whether the status worker or the resume leaves `cluster` alone
     /// (another driver's: counted and logged). An error (the database)
     /// decides nothing: the caller tries again later.
-    pub(super) async fn leaves_alone(
+    pub(in crate::lifecycle) async fn leaves_alone(
         &self,
         what: &str,
         cluster: &MagnumObject,

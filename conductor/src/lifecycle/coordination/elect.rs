@@ -35,7 +35,6 @@ use lapin::{Channel, Connection};
 use tokio::sync::watch;
 
 use super::lease::Leases;
-use super::watch::Watches;
 use crate::metrics::Metrics;
 
 /// The lock queue's name.
@@ -179,15 +178,18 @@ impl Lock {
 
 /// Campaign on the broker for ever; `elected` runs each time this process
 /// becomes the leader. The leader flag lives in `leases` (which also
-/// probes the apiserver).
-pub async fn campaign<F>(
+/// probes the apiserver). `last_watch_error` tells when this conductor's
+/// watches last failed (the engine's watches: passed in, so coordination
+/// does not depend on them).
+pub async fn campaign<F, W>(
     mut conns: ConnectionWatch,
     leases: Leases,
-    watches: Watches,
+    last_watch_error: W,
     metrics: Metrics,
     elected: F,
 ) where
     F: Fn() + Send + 'static,
+    W: Fn() -> Option<Instant> + Send + 'static,
 {
     let every = (leases.duration() / 3).max(Duration::from_secs(1));
     let patience = leases.duration();
@@ -202,7 +204,7 @@ pub async fn campaign<F>(
             releasing = lock.release().await;
         }
         let now = Instant::now();
-        if fitness.probe_due(watches.last_error(), now) {
+        if fitness.probe_due(last_watch_error(), now) {
             let ok = match leases.probe().await {
                 Ok(()) => true,
                 Err(e) => {

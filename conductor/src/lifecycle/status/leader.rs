@@ -1,7 +1,7 @@
-//! The status leader's duties (see [`super::lease`] for the design).
+//! The status leader's duties (see [`crate::lifecycle::coordination::lease`] for the design).
 //!
 //! Every conductor campaigns for the leadership, on the broker
-//! ([`super::elect`], the default) or for the leader Lease. The one elected:
+//! ([`crate::lifecycle::coordination::elect`], the default) or for the leader Lease. The one elected:
 //!
 //! - resumes what the rows say is in progress ([`Engine::resume`]), except
 //!   clusters whose Lease a live conductor holds (it is driving them);
@@ -19,21 +19,24 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::engine::Engine;
+use crate::lifecycle::engine::Engine;
 
 /// How often the leader counts the clusters by status (metrics).
 const CENSUS_EVERY: Duration = Duration::from_secs(30);
-use super::watch::Kick;
+use crate::lifecycle::watch::Kick;
 
 impl Engine {
     /// Campaign, and do the leader's duties while elected (for ever).
-    pub(super) async fn lead(self) {
+    pub(in crate::lifecycle) async fn lead(self) {
         let leases = self.0.leases.clone();
         if leases.enabled() {
             // Checked at startup (see main.rs); retried here if it failed
             // for a reason other than the rights.
-            while let Err(e) =
-                super::lease::prepare(&self.0.client, &self.0.capi.lease_namespace).await
+            while let Err(e) = crate::lifecycle::coordination::lease::prepare(
+                &self.0.client,
+                &self.0.capi.lease_namespace,
+            )
+            .await
             {
                 tracing::warn!(error = %e, "cannot use the lease namespace; retrying in 5 s");
                 tokio::time::sleep(Duration::from_secs(5)).await;
@@ -44,10 +47,11 @@ impl Engine {
         let elected = Arc::new(Notify::new());
         let signal = elected.clone();
         if self.broker_election() {
-            tokio::spawn(super::elect::campaign(
+            let watches = self.0.watches.clone();
+            tokio::spawn(crate::lifecycle::coordination::elect::campaign(
                 self.0.broker.clone(),
                 leases.clone(),
-                self.0.watches.clone(),
+                move || watches.last_error(),
                 self.0.metrics.clone(),
                 move || signal.notify_one(),
             ));
@@ -122,7 +126,7 @@ impl Engine {
         Ok(())
     }
 
-    /// Whether the leader is chosen on the broker ([`super::elect`]): with
+    /// Whether the leader is chosen on the broker ([`crate::lifecycle::coordination::elect`]): with
     /// Leases enabled and `[capi] leader_election = amqp`.
     fn broker_election(&self) -> bool {
         self.0.leases.enabled() && self.0.capi.leader_election == "amqp"
@@ -143,7 +147,7 @@ impl Engine {
     /// dead holder's Lease is gone afterwards (an update is then finished
     /// by status passes, which repair what the rows ask for).
     async fn take_over(&self, uuid: &str) {
-        let name = super::lease::cluster_lease(uuid);
+        let name = crate::lifecycle::coordination::lease::cluster_lease(uuid);
         match self.cluster(uuid).await {
             Ok(c) if matches!(self.leaves_alone("takeover", &c).await, Ok(true)) => {}
             Ok(c) => {

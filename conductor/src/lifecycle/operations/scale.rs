@@ -18,20 +18,20 @@
 //!
 //! Both save the rows (the request is acknowledged then) before touching the
 //! management cluster; whatever a dead conductor did not apply, the status
-//! worker of any conductor applies (see [`super::plan::drift`]).
+//! worker of any conductor applies (see [`crate::lifecycle::plan::drift`]).
 
 use kube::api::{Patch, PatchParams};
 use rpc_schema::Outcome;
 use rpc_schema::ovo::MagnumObject;
 use serde_json::{Map, Value, json};
 
-use super::engine::{Engine, Parts, capi_apiversion, dynamic_api};
-use super::error::StepError;
-use super::plan::{self, Checked};
-use super::rows;
-use super::runner::{OnFailure, Op, Run};
 use crate::capi::render::{self, DELETE_MACHINE_ANNOTATION};
 use crate::handlers::DurableSignal;
+use crate::lifecycle::engine::{Engine, Parts, capi_apiversion, dynamic_api};
+use crate::lifecycle::error::StepError;
+use crate::lifecycle::plan::{self, Checked};
+use crate::lifecycle::rows;
+use crate::lifecycle::runner::{OnFailure, Op, Run};
 
 /// Machines to annotate for a scale-down with `nodes_to_remove` (pure):
 /// their names, or why the request cannot be honoured.

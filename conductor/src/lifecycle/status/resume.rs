@@ -10,7 +10,7 @@
 //!   status worker finishes (DELETE_COMPLETE with rows left likewise);
 //! - UPDATE_IN_PROGRESS: the status worker is asked to look: what the rows
 //!   want and the management cluster lacks is applied there
-//!   ([`super::plan::drift`]), whichever operation wrote the rows.
+//!   ([`crate::lifecycle::plan::drift`]), whichever operation wrote the rows.
 //!
 //! A database outage at this moment does not leave clusters behind: the
 //! list (and each cluster's resume) is tried again every [`RESUME_DELAY`]
@@ -19,8 +19,8 @@
 use rpc_schema::ovo::MagnumObject;
 use serde_json::Value;
 
-use super::engine::{Engine, age};
-use super::runner::{OnFailure, Op, RESUME_DELAY, Run};
+use crate::lifecycle::engine::{Engine, age};
+use crate::lifecycle::runner::{OnFailure, Op, RESUME_DELAY, Run};
 
 enum RowsRecorded {
     Yes,
@@ -30,7 +30,7 @@ enum RowsRecorded {
 
 impl Engine {
     /// Resume every cluster left in progress (startup).
-    pub(super) async fn resume(&self) {
+    pub(in crate::lifecycle) async fn resume(&self) {
         crate::failpoint::hit("resume.before_list").await;
         for status in [
             "CREATE_IN_PROGRESS",
@@ -66,7 +66,7 @@ impl Engine {
     }
 
     /// Resume one cluster's operation from its row (see the module docs).
-    pub(super) async fn resume_one(&self, c: &MagnumObject) {
+    pub(in crate::lifecycle) async fn resume_one(&self, c: &MagnumObject) {
         let uuid = c.get_str("uuid").unwrap_or_default().to_string();
         // Another driver's cluster is never resumed; when its owner cannot
         // be read now, try again after a pause.
@@ -114,7 +114,7 @@ impl Engine {
                             reason: true,
                         });
                         let _ = run
-                            .finish(Err(super::error::StepError::Invalid(
+                            .finish(Err(crate::lifecycle::error::StepError::Invalid(
                                 "the conductor stopped before the cluster's nodegroups were recorded, and the request did not come back".into(),
                             )))
                             .await;
@@ -144,7 +144,7 @@ impl Engine {
     }
 
     /// Read the row again after a pause and resume it (a database outage).
-    pub(super) fn resume_later(&self, uuid: &str) {
+    pub(in crate::lifecycle) fn resume_later(&self, uuid: &str) {
         let engine = self.clone();
         let uuid = uuid.to_string();
         tokio::spawn(async move {

@@ -17,12 +17,12 @@ use rpc_schema::ovo::MagnumObject;
 use rpc_schema::{Outcome, RemoteFailure, RequestContext};
 use serde_json::{Map, Value, json};
 
-use super::engine::Engine;
-use super::error::StepError;
-use super::plan::COMPLETED;
-use super::runner::{Op, Run};
 use crate::capi::addons::{self, AddonCharts};
 use crate::handlers::DurableSignal;
+use crate::lifecycle::engine::Engine;
+use crate::lifecycle::error::StepError;
+use crate::lifecycle::plan::COMPLETED;
+use crate::lifecycle::runner::{Op, Run};
 
 /// Magnum's status rule for `credential_rotate`, with its message.
 pub fn check(status: &str) -> Result<(), RemoteFailure> {

@@ -1,7 +1,7 @@
 //! `cluster_create` (a cast), in Magnum's order.
 //!
 //! 1. INSERT the cluster (CREATE_IN_PROGRESS), `default-master` and
-//!    `default-worker` (rows as `_get_nodegroup_object`, [`super::rows`]);
+//!    `default-worker` (rows as `_get_nodegroup_object`, [`crate::lifecycle::rows`]);
 //! 2. the four keypairs, `stack_id`, saved with the cert refs and copied to
 //!    the nodegroups;
 //! 3. namespace, the cluster's credentials and their clouds.yaml Secret (the
@@ -27,16 +27,16 @@ use rpc_schema::context::RequestContext;
 use rpc_schema::ovo::MagnumObject;
 use serde_json::{Value, json};
 
-use super::credentials::CredentialError;
-use super::engine::{Engine, age, destroy_if_present};
-use super::error::StepError;
-use super::rows;
-use super::runner::{OnFailure, Op, Run};
 use crate::capi::addons::{self, AddonCharts};
 use crate::capi::autoscaler;
 use crate::capi::naming;
 use crate::capi::render::{self, UUID_LABEL};
 use crate::handlers::DurableSignal;
+use crate::lifecycle::credentials::CredentialError;
+use crate::lifecycle::engine::{Engine, age, destroy_if_present};
+use crate::lifecycle::error::StepError;
+use crate::lifecycle::rows;
+use crate::lifecycle::runner::{OnFailure, Op, Run};
 
 const CERT_REFS: [&str; 4] = [
     "ca_cert_ref",
@@ -165,7 +165,7 @@ impl Engine {
 
     /// Step 4 onwards, resumable: certificates, stack_id, credentials,
     /// namespace, Secrets, objects.
-    pub(super) async fn create_steps(
+    pub(in crate::lifecycle) async fn create_steps(
         &self,
         run: &mut Run<'_>,
         ctx: Option<&RequestContext>,

@@ -17,12 +17,12 @@ use rpc_schema::context::RequestContext;
 use rpc_schema::ovo::MagnumObject;
 use serde_json::{Value, json};
 
-use super::engine::{Engine, capi_apiversion, destroy_if_present, dynamic_api};
-use super::error::StepError;
-use super::runner::{OnFailure, Op, Run};
 use crate::capi::render::CapiLine;
 use crate::capi::render::UUID_LABEL;
 use crate::handlers::DurableSignal;
+use crate::lifecycle::engine::{Engine, capi_apiversion, destroy_if_present, dynamic_api};
+use crate::lifecycle::error::StepError;
+use crate::lifecycle::runner::{OnFailure, Op, Run};
 
 impl Engine {
     /// `cluster_delete` (a cast): nodegroups DELETE_IN_PROGRESS, delete the
@@ -86,7 +86,7 @@ impl Engine {
     }
 
     /// Delete the CAPI Cluster (already gone is fine).
-    pub(super) async fn delete_capi_cluster(
+    pub(in crate::lifecycle) async fn delete_capi_cluster(
         &self,
         cluster: &MagnumObject,
     ) -> Result<(), StepError> {
@@ -111,7 +111,10 @@ impl Engine {
 
     /// After the CAPI Cluster is gone: credentials, Secrets, all four
     /// keypairs, nodegroup rows, the cluster row.
-    pub(super) async fn finish_delete(&self, cluster: &MagnumObject) -> Result<(), StepError> {
+    pub(in crate::lifecycle) async fn finish_delete(
+        &self,
+        cluster: &MagnumObject,
+    ) -> Result<(), StepError> {
         let uuid = cluster.get_str("uuid").unwrap_or_default().to_string();
         let ns = self.namespace_of(cluster);
         if let Err(e) = self

@@ -2,15 +2,15 @@
 //!
 //! Each event names one cluster; a burst is coalesced into one pass per
 //! cluster. A pass takes the cluster's lock, reads its rows, and compares
-//! what the rows want ([`super::plan::desired`]) with what the watch caches
+//! what the rows want ([`crate::lifecycle::plan::desired`]) with what the watch caches
 //! hold:
 //!
 //! - an update in progress whose management cluster lacks something the
 //!   rows want (a count, a version, a released hold, a group to delete) is
-//!   repaired here ([`super::plan::drift`]): this is how an upgrade's
+//!   repaired here ([`crate::lifecycle::plan::drift`]): this is how an upgrade's
 //!   workers follow its control plane, and how any conductor finishes an
 //!   operation whose conductor died after saving its rows;
-//! - the status mapper's view becomes column updates ([`super::sync`]);
+//! - the status mapper's view becomes column updates ([`crate::lifecycle::sync`]);
 //! - a nodegroup whose deletion is complete loses its row; a cluster whose
 //!   CAPI Cluster is gone is finished ([`Engine::finish_delete`]);
 //! - an update with no progress for `[capi] update_timeout` minutes fails.
@@ -27,14 +27,14 @@ use common::db::model::{CLUSTER, NODEGROUP, SqlValue};
 use common::db::repo::{self, Scope};
 use rpc_schema::ovo::MagnumObject;
 
-use super::engine::{Engine, age, destroy_if_present};
-use super::error::StepError;
-use super::plan::{self, Repair};
-use super::rows;
-use super::sync;
-use super::watch::Kick;
 use crate::capi::render;
 use crate::capi::status::{self, Clock, GroupTarget, Targets};
+use crate::lifecycle::engine::{Engine, age, destroy_if_present};
+use crate::lifecycle::error::StepError;
+use crate::lifecycle::plan::{self, Repair};
+use crate::lifecycle::rows;
+use crate::lifecycle::sync;
+use crate::lifecycle::watch::Kick;
 
 /// What a status pass came to.
 enum Pass {
@@ -77,7 +77,10 @@ fn loose_targets(ngs: &[MagnumObject]) -> Targets {
 }
 
 impl Engine {
-    pub(super) async fn status_worker(self, mut rx: super::watch::KickQueue) {
+    pub(in crate::lifecycle) async fn status_worker(
+        self,
+        mut rx: crate::lifecycle::watch::KickQueue,
+    ) {
         self.0.watches.wait_ready().await;
         tracing::info!("management cluster caches synced");
         // What is left of the current full pass: worked through a slice at
@@ -104,7 +107,7 @@ impl Engine {
                 batch.insert(Kick::All);
             }
             if !self.0.leases.is_leader() {
-                // Another conductor writes statuses (see super::lease).
+                // Another conductor writes statuses (see crate::lifecycle::coordination::lease).
                 backlog.clear();
                 full_started = None;
                 continue;
@@ -216,7 +219,7 @@ impl Engine {
         })
     }
 
-    pub(super) async fn reconcile(&self, k: &Kick) -> Result<(), StepError> {
+    pub(in crate::lifecycle) async fn reconcile(&self, k: &Kick) -> Result<(), StepError> {
         let Some(found) = self.find(k).await? else {
             return Ok(());
         };
@@ -277,16 +280,18 @@ impl Engine {
                     match self
                         .0
                         .leases
-                        .try_acquire_if_free(&super::lease::cluster_lease(&uuid))
+                        .try_acquire_if_free(&crate::lifecycle::coordination::lease::cluster_lease(
+                            &uuid,
+                        ))
                         .await
                     {
                         Ok(h) => lease = Some(h),
-                        Err(super::lease::LeaseError::Held(holder)) => {
+                        Err(crate::lifecycle::coordination::lease::LeaseError::Held(holder)) => {
                             tracing::debug!(cluster = %uuid, %holder, "cluster busy; status pass deferred");
                             self.defer(k);
                             return Ok(());
                         }
-                        Err(super::lease::LeaseError::Api(e)) => {
+                        Err(crate::lifecycle::coordination::lease::LeaseError::Api(e)) => {
                             return Err(StepError::Mgmt(crate::mgmt::MgmtError::Api(e)));
                         }
                     }
@@ -310,7 +315,7 @@ impl Engine {
         uuid: &str,
         cluster: &MagnumObject,
         in_operation: bool,
-        lease: Option<&super::lease::Held>,
+        lease: Option<&crate::lifecycle::coordination::lease::Held>,
     ) -> Result<Pass, StepError> {
         let uuid = uuid.to_string();
         let needs_lease = in_operation && lease.is_none();
@@ -563,7 +568,7 @@ impl Engine {
     }
 
     /// The safety net: a full pass every `[capi] resync_interval` seconds.
-    pub(super) async fn resync_loop(&self) {
+    pub(in crate::lifecycle) async fn resync_loop(&self) {
         let every = Duration::from_secs(self.0.capi.resync_interval.max(30));
         loop {
             tokio::time::sleep(every).await;
