@@ -188,11 +188,14 @@ def test_create_list_sign_delete_clusters(cloud):
     # the cluster's CA Secret (not the simulated 203.0.113.10), which is
     # gone with the cluster.
     workloads = env.sim.get("/_sim/workload-apiservers")
-    assert workloads == {"endpoints": {}, "errors": []}, workloads
+    assert workloads == {"endpoints": {}, "nodes": {}, "errors": []}, workloads
     with open("/tmp/magnum-nodes/kube.conf") as f:
         assert "'server': 'https://127.0.0.1:" in f.read()
     with open("/tmp/magnum-nodes/api-list-nodes") as f:  # the kubernetes client's V1NodeList
-        assert "kind='NodeList'" in f.read()
+        nodes = f.read()
+    # The cluster's two machines (master_count 1, node_count 1), registered
+    # as their kubelets would.
+    assert "kind='NodeList'" in nodes and nodes.count("'provider_id': 'openstack:///") == 2, nodes
     with open("/tmp/magnum-nodes/kubernetes/kubectl_get_all") as f:
         assert "service/kubernetes" in f.read()
     # The cluster is gone from the management cluster too.

@@ -6,7 +6,8 @@
 //!   controller writes), `POST /_sim/controllers/resume`;
 //!   `GET /_sim/controller-errors` (writes the apiserver refused);
 //!   `GET /_sim/workload-apiservers` (`{"endpoints": {"ns/cluster":
-//!   "https://..."}, "errors": [...]}`, with `--workload-apiservers`);
+//!   "https://..."}, "nodes": {"ns/cluster": [names]}, "errors": [...]}`,
+//!   with `--workload-apiservers`);
 //! - proxy: `GET|POST|DELETE /_sim/faults` (a [`crate::faults::Rule`]),
 //!   `POST /_sim/watches/drop`, `GET|DELETE /_sim/requests`
 //!   (`{client: {verb: n}}`);
@@ -177,7 +178,15 @@ async fn workloads(State(c): State<Control>) -> Reply {
                 .into_iter()
                 .map(|((ns, n), (h, p))| (format!("{ns}/{n}"), json!(format!("https://{h}:{p}"))))
                 .collect();
-            ok(json!({"endpoints": endpoints, "errors": w.errors()}))
+            let nodes: serde_json::Map<String, Value> = w
+                .nodes()
+                .into_iter()
+                .map(|((ns, n), nodes)| {
+                    let names: Vec<String> = nodes.into_iter().map(|x| x.name).collect();
+                    (format!("{ns}/{n}"), json!(names))
+                })
+                .collect();
+            ok(json!({"endpoints": endpoints, "nodes": nodes, "errors": w.errors()}))
         }
         None => missing("workload apiservers"),
     }

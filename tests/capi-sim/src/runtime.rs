@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use crate::cache::{Cache, ClusterKey, Wake};
 use crate::controllers::{Action, Ctx, reconciler};
 use crate::kinds::{Kind, Line};
-use crate::obj::{deleting, name, namespace};
+use crate::obj::{CLUSTER_LABEL, deleting, name, namespace};
 
 pub const FIELD_MANAGER: &str = "capi-sim";
 
@@ -316,6 +316,15 @@ impl Controllers {
             for n in names {
                 ok &= self.reconcile_one(kind, &key.0, &n).await;
             }
+        }
+        if let Some(w) = &self.0.opts.workloads {
+            // What the kubelets of its machines register in its apiserver.
+            let nodes = {
+                let cache = lock(&self.0.cache);
+                let machines = cache.labelled(Kind::Machine, &key.0, &[(CLUSTER_LABEL, &key.1)]);
+                crate::workload::nodes_of(&machines)
+            };
+            w.want_nodes(key, nodes);
         }
         ok
     }

@@ -22,24 +22,36 @@
 //!   OpenStackCluster's `controlPlaneEndpoint` (see
 //!   [`crate::controllers::openstack`]), which CAPI copies to the Cluster.
 //!
+//! - its Nodes: each Machine with a `nodeRef` has its Node, as the kubelet
+//!   on that machine registers it (`spec.providerID` the Machine's, the
+//!   control-plane role label kubeadm puts on control-plane nodes, `Ready`,
+//!   the Machine's version as kubelet version); a Machine being deleted
+//!   loses its Node, as CAPI's Machine controller deletes it
+//!   (`internal/controllers/machine/machine_controller.go`,
+//!   `reconcileDelete` -> `deleteNode`).
+//!
 //! Simplified: the apiserver listens on 127.0.0.1 with a free port, keeps
 //! its objects in the management cluster's etcd under a prefix of its own
-//! (`/capi-sim-workload/<namespace>/<cluster>`), has no nodes, no
-//! controller manager and a service-account key of its own. It stops when
-//! the `-ca` Secret goes (the cluster is deleted) and with capi-sim (also
-//! when capi-sim is killed: `PR_SET_PDEATHSIG`).
+//! (`/capi-sim-workload/<namespace>/<cluster>`), has no kubelets (the Nodes
+//! are written by capi-sim as `system:masters`), no controller manager and
+//! a service-account key of its own. It stops when the `-ca` Secret goes
+//! (the cluster is deleted) and with capi-sim (also when capi-sim is
+//! killed: `PR_SET_PDEATHSIG`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::Api;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
-use tokio::sync::mpsc;
+use serde_json::{Value, json};
+use tokio::sync::{Notify, mpsc};
+
+use crate::obj::{CP_LABEL, deleting};
 
 /// The label CAPI (and Magnum's drivers) put on a cluster's Secrets.
 const CLUSTER_LABEL: &str = "cluster.x-k8s.io/cluster-name";
@@ -48,6 +60,62 @@ const ETCD_PREFIX: &str = "/capi-sim-workload";
 
 /// (namespace, CAPI cluster name).
 pub type ClusterKey = (String, String);
+
+/// A Node a workload cluster holds for one of its Machines.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NodeSpec {
+    pub name: String,
+    pub provider_id: String,
+    pub control_plane: bool,
+    pub version: String,
+}
+
+/// The Nodes a cluster's Machines have (pure): those with a `nodeRef`
+/// and not being deleted.
+pub fn nodes_of(machines: &[&Value]) -> BTreeSet<NodeSpec> {
+    machines
+        .iter()
+        .filter(|m| !deleting(m))
+        .filter_map(|m| {
+            let node = m.pointer("/status/nodeRef/name")?.as_str()?;
+            Some(NodeSpec {
+                name: node.to_string(),
+                provider_id: m.pointer("/spec/providerID")?.as_str()?.to_string(),
+                control_plane: m
+                    .pointer("/metadata/labels")
+                    .and_then(Value::as_object)
+                    .is_some_and(|l| l.contains_key(CP_LABEL)),
+                version: m
+                    .pointer("/spec/version")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The Node object a kubelet registers, and the status it reports.
+fn node_object(n: &NodeSpec) -> (Value, Value) {
+    let mut labels = json!({"kubernetes.io/hostname": n.name, "kubernetes.io/os": "linux",
+                            "kubernetes.io/arch": "amd64"});
+    if n.control_plane {
+        labels["node-role.kubernetes.io/control-plane"] = json!("");
+    }
+    let node = json!({"apiVersion": "v1", "kind": "Node",
+                      "metadata": {"name": n.name, "labels": labels},
+                      "spec": {"providerID": n.provider_id}});
+    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let status = json!({"status": {
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "message": "kubelet is posting ready status",
+                        "lastHeartbeatTime": now, "lastTransitionTime": now}],
+        "nodeInfo": {"kubeletVersion": n.version, "kubeProxyVersion": n.version,
+                     "architecture": "amd64", "operatingSystem": "linux", "osImage": "Ubuntu 22.04",
+                     "kernelVersion": "6.1.0", "containerRuntimeVersion": "containerd://1.7.0",
+                     "machineID": n.name, "systemUUID": n.name, "bootID": n.name}}});
+    (node, status)
+}
 
 /// How to start them.
 #[derive(Debug, Clone)]
@@ -102,6 +170,10 @@ impl Settings {
 struct Running {
     /// Some once it answers `/readyz`.
     endpoint: Option<(String, u16)>,
+    /// An administrator of it (`system:masters`), once ready.
+    client: Option<kube::Client>,
+    /// The Nodes written to it.
+    nodes: BTreeSet<NodeSpec>,
     /// Dropping it kills the apiserver (`kill_on_drop`).
     _child: Option<tokio::process::Child>,
 }
@@ -114,7 +186,10 @@ struct Inner {
     ready_tx: mpsc::UnboundedSender<ClusterKey>,
     ready_rx: Mutex<Option<mpsc::UnboundedReceiver<ClusterKey>>>,
     errors: Mutex<Vec<String>>,
-    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The Nodes each cluster's Machines have ([`Workloads::want_nodes`]).
+    wanted: Mutex<BTreeMap<ClusterKey, BTreeSet<NodeSpec>>>,
+    nodes_changed: Notify,
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 /// The workload apiservers, running. Clones share them.
@@ -160,10 +235,15 @@ impl Workloads {
             ready_tx,
             ready_rx: Mutex::new(Some(ready_rx)),
             errors: Mutex::new(Vec::new()),
-            task: Mutex::new(None),
+            wanted: Mutex::new(BTreeMap::new()),
+            nodes_changed: Notify::new(),
+            tasks: Mutex::new(Vec::new()),
         }));
-        let me = w.clone();
-        *lock(&w.0.task) = Some(tokio::spawn(async move { me.watch(client).await }));
+        let (me, me2) = (w.clone(), w.clone());
+        *lock(&w.0.tasks) = vec![
+            tokio::spawn(async move { me.watch(client).await }),
+            tokio::spawn(async move { me2.register_nodes().await }),
+        ];
         w
     }
 
@@ -188,10 +268,75 @@ impl Workloads {
 
     /// Stop every apiserver and the watch.
     pub fn stop(&self) {
-        if let Some(t) = lock(&self.0.task).take() {
+        for t in lock(&self.0.tasks).drain(..) {
             t.abort();
         }
         lock(&self.0.running).clear();
+    }
+
+    /// The Nodes cluster `key`'s Machines have now (from the controllers'
+    /// cache, after each pass over the cluster); written to its apiserver
+    /// in the background.
+    pub fn want_nodes(&self, key: &ClusterKey, nodes: BTreeSet<NodeSpec>) {
+        let mut wanted = lock(&self.0.wanted);
+        if wanted.get(key) != Some(&nodes) {
+            wanted.insert(key.clone(), nodes);
+            drop(wanted);
+            self.0.nodes_changed.notify_one();
+        }
+    }
+
+    /// The Nodes of the ready apiservers, by cluster (tests).
+    pub fn nodes(&self) -> BTreeMap<ClusterKey, BTreeSet<NodeSpec>> {
+        lock(&self.0.running)
+            .iter()
+            .filter(|(_, r)| r.client.is_some())
+            .map(|(k, r)| (k.clone(), r.nodes.clone()))
+            .collect()
+    }
+
+    /// Bring each ready apiserver's Nodes to what its Machines have; an
+    /// error is retried a second later.
+    async fn register_nodes(&self) {
+        loop {
+            self.0.nodes_changed.notified().await;
+            let work: Vec<(
+                ClusterKey,
+                kube::Client,
+                BTreeSet<NodeSpec>,
+                BTreeSet<NodeSpec>,
+            )> = {
+                let running = lock(&self.0.running);
+                let wanted = lock(&self.0.wanted);
+                running
+                    .iter()
+                    .filter_map(|(k, r)| {
+                        let want = wanted.get(k).cloned().unwrap_or_default();
+                        (want != r.nodes)
+                            .then(|| Some((k.clone(), r.client.clone()?, r.nodes.clone(), want)))
+                            .flatten()
+                    })
+                    .collect()
+            };
+            let mut failed = false;
+            for (key, client, have, want) in work {
+                match sync_nodes(&client, &have, &want).await {
+                    Ok(()) => {
+                        if let Some(r) = lock(&self.0.running).get_mut(&key) {
+                            r.nodes = want;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(ns = key.0, cluster = key.1, error = %e, "nodes not written yet");
+                        failed = true;
+                    }
+                }
+            }
+            if failed {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                self.0.nodes_changed.notify_one();
+            }
+        }
     }
 
     async fn watch(&self, client: kube::Client) {
@@ -209,6 +354,7 @@ impl Workloads {
                     if let Some(key) = ca_of(&s)
                         && lock(&self.0.running).remove(&key).is_some()
                     {
+                        lock(&self.0.wanted).remove(&key);
                         tracing::info!(ns = key.0, cluster = key.1, "workload apiserver stopped");
                     }
                 }
@@ -235,6 +381,8 @@ impl Workloads {
                 key.clone(),
                 Running {
                     endpoint: None,
+                    client: None,
+                    nodes: BTreeSet::new(),
                     _child: None,
                 },
             );
@@ -275,6 +423,13 @@ impl Workloads {
         )
         .await
         .map_err(io("apiserver.ext"))?;
+        tokio::fs::write(
+            dir.join("admin.ext"),
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n\
+             extendedKeyUsage=clientAuth\n",
+        )
+        .await
+        .map_err(io("admin.ext"))?;
         for args in [
             &[
                 "req",
@@ -304,6 +459,35 @@ impl Workloads {
                 "365",
                 "-extfile",
                 "apiserver.ext",
+            ],
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                "admin.key",
+                "-out",
+                "admin.csr",
+                "-subj",
+                "/O=system:masters/CN=capi-sim",
+            ],
+            &[
+                "x509",
+                "-req",
+                "-in",
+                "admin.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "admin.crt",
+                "-days",
+                "365",
+                "-extfile",
+                "admin.ext",
             ],
             &["genrsa", "-out", "sa.key", "2048"],
             &["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"],
@@ -351,7 +535,23 @@ impl Workloads {
             .spawn()
             .map_err(|e| format!("{}: {e}", s.binary.display()))?;
         let url = format!("https://127.0.0.1:{port}");
-        let ready = wait_ready(&url, &mut child).await;
+        let kubeconfig = dir.join("kubeconfig");
+        tokio::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: w\n  cluster: {{server: \"{url}\", \
+                 certificate-authority: \"{}\"}}\nusers:\n- name: admin\n  user: {{client-certificate: \"{}\", \
+                 client-key: \"{}\"}}\ncontexts:\n- name: w\n  context: {{cluster: w, user: admin}}\n\
+                 current-context: w\n",
+                p("ca.crt"),
+                p("admin.crt"),
+                p("admin.key")
+            ),
+        )
+        .await
+        .map_err(io("kubeconfig"))?;
+        let client = admin_client(&kubeconfig).await?;
+        let ready = wait_ready(&client, &mut child).await;
         let mut running = lock(&self.0.running);
         let Some(slot) = running.get_mut(key) else {
             // The cluster went while it started: `child` is dropped (killed).
@@ -360,9 +560,11 @@ impl Workloads {
         ready.map_err(|e| format!("{e}; see {dir_s}/kube-apiserver.log"))?;
         tracing::info!(ns = key.0, cluster = key.1, %url, "workload apiserver ready");
         slot.endpoint = Some(("127.0.0.1".to_string(), port));
+        slot.client = Some(client);
         slot._child = Some(child);
         drop(running);
         let _ = self.0.ready_tx.send(key.clone());
+        self.0.nodes_changed.notify_one();
         Ok(())
     }
 }
@@ -403,15 +605,25 @@ fn free_port() -> std::io::Result<u16> {
         .port())
 }
 
-/// Until `/readyz` answers 200 (anonymous: `system:public-info-viewer`
-/// allows it), the process exits, or 90 s pass.
-async fn wait_ready(url: &str, child: &mut tokio::process::Child) -> Result<(), String> {
-    let mut cfg = kube::Config::new(url.parse().map_err(|e| format!("{url}: {e}"))?);
-    // Readiness only: the certificate is checked by the clients under test.
-    cfg.accept_invalid_certs = true;
+/// A client of the workload apiserver as `system:masters`, verifying its
+/// serving certificate against the cluster CA.
+async fn admin_client(kubeconfig: &Path) -> Result<kube::Client, String> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)
+        .map_err(|e| format!("{}: {e}", kubeconfig.display()))?;
+    let mut cfg =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| format!("{}: {e}", kubeconfig.display()))?;
     cfg.connect_timeout = Some(Duration::from_secs(2));
-    cfg.read_timeout = Some(Duration::from_secs(5));
-    let client = kube::Client::try_from(cfg).map_err(|e| e.to_string())?;
+    cfg.read_timeout = Some(Duration::from_secs(10));
+    kube::Client::try_from(cfg).map_err(|e| e.to_string())
+}
+
+/// Until `/readyz` answers `ok`, the process exits, or 90 s pass.
+async fn wait_ready(
+    client: &kube::Client,
+    child: &mut tokio::process::Child,
+) -> Result<(), String> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     loop {
         if let Ok(Some(status)) = child.try_wait() {
@@ -432,6 +644,39 @@ async fn wait_ready(url: &str, child: &mut tokio::process::Child) -> Result<(), 
     }
 }
 
+/// Create the Nodes `want` has and `have` lacks (with their status), delete
+/// the others.
+async fn sync_nodes(
+    client: &kube::Client,
+    have: &BTreeSet<NodeSpec>,
+    want: &BTreeSet<NodeSpec>,
+) -> Result<(), kube::Error> {
+    let api: Api<Node> = Api::all(client.clone());
+    for n in want.difference(have) {
+        let (node, status) = node_object(n);
+        let node: Node = serde_json::from_value(node).map_err(kube::Error::SerdeError)?;
+        match api.create(&PostParams::default(), &node).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+        api.patch_status(&n.name, &PatchParams::default(), &Patch::Merge(&status))
+            .await?;
+    }
+    let keep: BTreeSet<&str> = want.iter().map(|n| n.name.as_str()).collect();
+    for n in have.difference(want) {
+        if keep.contains(n.name.as_str()) {
+            continue; // the same node, changed: created above
+        }
+        match api.delete(&n.name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -447,6 +692,45 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn machines_with_a_node_have_one_unless_being_deleted() {
+        let m = |name: &str, node: Option<&str>, cp: bool, deleting: bool| {
+            let mut v = json!({"metadata": {"name": name, "labels": {"cluster.x-k8s.io/cluster-name": "k1"}},
+                               "spec": {"providerID": format!("openstack:///{name}"), "version": "v1.30.4"},
+                               "status": {}});
+            if let Some(n) = node {
+                v["status"]["nodeRef"] = json!({"name": n});
+            }
+            if cp {
+                v["metadata"]["labels"]["cluster.x-k8s.io/control-plane"] = json!("");
+            }
+            if deleting {
+                v["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+            }
+            v
+        };
+        let all = [
+            m("cp-1", Some("cp-1"), true, false),
+            m("w-1", Some("w-1"), false, false),
+            m("w-2", None, false, false),
+            m("w-3", Some("w-3"), false, true),
+        ];
+        let got = nodes_of(&all.iter().collect::<Vec<_>>());
+        let names: Vec<(&str, bool)> = got
+            .iter()
+            .map(|n| (n.name.as_str(), n.control_plane))
+            .collect();
+        assert_eq!(names, [("cp-1", true), ("w-1", false)]);
+        assert!(got.iter().all(|n| n.version == "v1.30.4"));
+        let (node, status) = node_object(got.first().unwrap());
+        assert_eq!(node["spec"]["providerID"], "openstack:///cp-1");
+        assert_eq!(
+            node["metadata"]["labels"]["node-role.kubernetes.io/control-plane"],
+            ""
+        );
+        assert_eq!(status["status"]["conditions"][0]["type"], "Ready");
     }
 
     #[test]
