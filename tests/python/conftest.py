@@ -26,23 +26,20 @@ VENV22_BIN = os.path.join(os.environ.get("MAGNUM22_VENV", os.path.expanduser(
 VENV_BIN = os.path.join(__import__("sys").prefix, "bin")  # the venv, not the interpreter it links to
 
 
-# Stopping the shared RabbitMQ (`rabbitmqctl stop_app`, the broker-restart
-# tests) waits for, and then keeps out, test processes that need it up the
-# whole time they run: test_tempest.py, which scripts/test-all.sh runs beside
-# the rest of the suite, holds this lock shared (`broker_needed`).
+# Tests that stop the shared RabbitMQ (`rabbitmqctl stop_app`) are marked
+# `broker_outage`: they run last (so test_tempest.py, which
+# scripts/test-all.sh runs beside the suite and which holds this lock shared
+# while it needs the broker, is normally done by then), and each holds the
+# lock exclusively for its whole length, waiting for the tempest run if it
+# is still going. `rabbitmqctl("stop_app")` refuses in an unmarked test.
 BROKER_LOCK = os.path.join(tempfile.gettempdir(), "magnum-conductor-rs-broker.lock")
 _broker_outage = None
 
 
 def rabbitmqctl(*args):
-    global _broker_outage
-    if args[:1] == ("stop_app",) and _broker_outage is None:
-        _broker_outage = open(BROKER_LOCK, "a")
-        fcntl.flock(_broker_outage, fcntl.LOCK_EX)
+    if args[:1] == ("stop_app",):
+        assert _broker_outage is not None, "a test that stops RabbitMQ must be marked broker_outage"
     out = subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, text=True, timeout=60)
-    if args[:1] == ("start_app",) and _broker_outage is not None:
-        _broker_outage.close()
-        _broker_outage = None
     return out.stdout
 
 
@@ -52,6 +49,29 @@ def broker_needed():
     f = open(BROKER_LOCK, "a")
     fcntl.flock(f, fcntl.LOCK_SH)
     return f
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "broker_outage: the test stops the shared RabbitMQ (runs last, exclusively)")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    items.sort(key=lambda item: item.get_closest_marker("broker_outage") is not None)
+
+
+@pytest.fixture(autouse=True)
+def _broker_outage_lock(request):
+    global _broker_outage
+    if request.node.get_closest_marker("broker_outage") is None:
+        yield
+        return
+    _broker_outage = open(BROKER_LOCK, "a")
+    fcntl.flock(_broker_outage, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        _broker_outage.close()
+        _broker_outage = None
 
 
 def new_vhost(prefix):

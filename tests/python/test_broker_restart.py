@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from conftest import new_vhost, rabbitmqctl, start_conductor, write_conf
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -39,6 +41,7 @@ def load(client_conf, server, calls, out, concurrency=2, pace=0.02):
                              "--timeout", "5", "--pace", str(pace), "--out", out])
 
 
+@pytest.mark.broker_outage
 def test_conductor_survives_broker_restart(tmp_path):
     vhost = new_vhost("restart")
     conductor = start_conductor(str(tmp_path), vhost)

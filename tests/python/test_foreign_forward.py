@@ -183,6 +183,7 @@ def durable(tmp_path_factory):
     e.close()
 
 
+@pytest.mark.broker_outage
 def test_a_broker_restart_mid_forwarding_loses_and_doubles_nothing(durable):
     """Casts for another driver's cluster are being forwarded, each one
     held 4 s between the broker's confirm of its copy and our

@@ -27,8 +27,10 @@ its user is deleted and the next test of the class cannot authenticate;
 each ClusterTest test therefore runs in a tempest run of its own, as a
 fresh class. The positive test sleeps 600 s by itself (the plugin's
 `time.sleep(300)` and copy_pod_logs.sh's `sleep 300`): scripts/test-all.sh
-runs this module beside the rest of the suite, not after it (the tests
-that stop the shared RabbitMQ wait for it: conftest.broker_needed).
+runs this module beside the rest of the suite, not after it. It holds
+conftest's broker lock shared the whole time: the tests that stop the shared
+RabbitMQ (marked `broker_outage`) run at the end of the suite and wait for
+it.
 
 The one test allowed to fail is one magnum-api itself fails:
 `test_create_cluster_with_zero_nodes` posts node_count 0 without a

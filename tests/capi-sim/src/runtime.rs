@@ -339,8 +339,18 @@ impl Controllers {
                 return true;
             };
             let mut ctx = Ctx::new(&cache, self.0.opts.line);
-            if kind == Kind::OpenStackCluster {
-                ctx.endpoints = self.0.opts.workloads.as_ref().map(|w| w.endpoints());
+            if let Some(w) = &self.0.opts.workloads {
+                match kind {
+                    Kind::OpenStackCluster => ctx.endpoints = Some(w.endpoints()),
+                    Kind::Machine => {
+                        let cluster = obj
+                            .pointer("/spec/clusterName")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default();
+                        ctx.registered_nodes = w.registered(&(ns.to_string(), cluster.to_string()));
+                    }
+                    _ => {}
+                }
             }
             reconcile(&mut ctx, obj);
             ctx.actions

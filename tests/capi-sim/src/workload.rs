@@ -22,8 +22,9 @@
 //!   OpenStackCluster's `controlPlaneEndpoint` (see
 //!   [`crate::controllers::openstack`]), which CAPI copies to the Cluster.
 //!
-//! - its Nodes: each Machine with a `nodeRef` has its Node, as the kubelet
-//!   on that machine registers it (`spec.providerID` the Machine's, the
+//! - its Nodes: each Machine whose server exists (a `providerID`) has its
+//!   Node, as the kubelet on that machine registers it, before CAPI sets the
+//!   Machine's `nodeRef` to it (`spec.providerID` the Machine's, the
 //!   control-plane role label kubeadm puts on control-plane nodes, `Ready`,
 //!   the Machine's version as kubelet version); a Machine being deleted
 //!   loses its Node, as CAPI's Machine controller deletes it
@@ -70,14 +71,16 @@ pub struct NodeSpec {
     pub version: String,
 }
 
-/// The Nodes a cluster's Machines have (pure): those with a `nodeRef`
-/// and not being deleted.
+/// The Nodes a cluster's Machines have (pure): a kubelet registers its
+/// Node once the server runs, so every Machine with a `providerID` (its
+/// server exists) and not being deleted; named as the simulated Machine
+/// controller names the `nodeRef` (the Machine's name).
 pub fn nodes_of(machines: &[&Value]) -> BTreeSet<NodeSpec> {
     machines
         .iter()
         .filter(|m| !deleting(m))
         .filter_map(|m| {
-            let node = m.pointer("/status/nodeRef/name")?.as_str()?;
+            let node = m.pointer("/metadata/name")?.as_str()?;
             Some(NodeSpec {
                 name: node.to_string(),
                 provider_id: m.pointer("/spec/providerID")?.as_str()?.to_string(),
@@ -97,8 +100,12 @@ pub fn nodes_of(machines: &[&Value]) -> BTreeSet<NodeSpec> {
 
 /// The Node object a kubelet registers, and the status it reports.
 fn node_object(n: &NodeSpec) -> (Value, Value) {
-    let mut labels = json!({"kubernetes.io/hostname": n.name, "kubernetes.io/os": "linux",
-                            "kubernetes.io/arch": "amd64"});
+    let mut labels = json!({"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"});
+    // A label value holds at most 63 characters; a Machine's name may not
+    // fit (a host name would).
+    if n.name.len() <= 63 {
+        labels["kubernetes.io/hostname"] = json!(n.name);
+    }
     if n.control_plane {
         labels["node-role.kubernetes.io/control-plane"] = json!("");
     }
@@ -286,6 +293,15 @@ impl Workloads {
         }
     }
 
+    /// The names of the Nodes registered in cluster `key`'s apiserver, if it
+    /// is ready.
+    pub fn registered(&self, key: &ClusterKey) -> Option<BTreeSet<String>> {
+        lock(&self.0.running)
+            .get(key)
+            .filter(|r| r.client.is_some())
+            .map(|r| r.nodes.iter().map(|n| n.name.clone()).collect())
+    }
+
     /// The Nodes of the ready apiservers, by cluster (tests).
     pub fn nodes(&self) -> BTreeMap<ClusterKey, BTreeSet<NodeSpec>> {
         lock(&self.0.running)
@@ -325,9 +341,24 @@ impl Workloads {
                         if let Some(r) = lock(&self.0.running).get_mut(&key) {
                             r.nodes = want;
                         }
+                        // Its Machines may now get their nodeRef.
+                        let _ = self.0.ready_tx.send(key);
                     }
                     Err(e) => {
-                        tracing::debug!(ns = key.0, cluster = key.1, error = %e, "nodes not written yet");
+                        tracing::warn!(ns = key.0, cluster = key.1, error = %e, "nodes not written yet");
+                        // A refusal (not a conflict or throttling) is a
+                        // simulator bug the tests must see.
+                        if let kube::Error::Api(s) = &e
+                            && (400..500).contains(&s.code)
+                            && s.code != 409
+                            && s.code != 429
+                        {
+                            let msg = format!("nodes of {}/{}: {e}", key.0, key.1);
+                            let mut errors = lock(&self.0.errors);
+                            if !errors.contains(&msg) {
+                                errors.push(msg);
+                            }
+                        }
                         failed = true;
                     }
                 }
@@ -695,13 +726,12 @@ mod tests {
     }
 
     #[test]
-    fn machines_with_a_node_have_one_unless_being_deleted() {
-        let m = |name: &str, node: Option<&str>, cp: bool, deleting: bool| {
+    fn machines_whose_server_exists_have_a_node_unless_being_deleted() {
+        let m = |name: &str, server: Option<&str>, cp: bool, deleting: bool| {
             let mut v = json!({"metadata": {"name": name, "labels": {"cluster.x-k8s.io/cluster-name": "k1"}},
-                               "spec": {"providerID": format!("openstack:///{name}"), "version": "v1.30.4"},
-                               "status": {}});
-            if let Some(n) = node {
-                v["status"]["nodeRef"] = json!({"name": n});
+                               "spec": {"version": "v1.30.4"}, "status": {}});
+            if let Some(s) = server {
+                v["spec"]["providerID"] = json!(format!("openstack:///{s}"));
             }
             if cp {
                 v["metadata"]["labels"]["cluster.x-k8s.io/control-plane"] = json!("");
@@ -731,6 +761,17 @@ mod tests {
             ""
         );
         assert_eq!(status["status"]["conditions"][0]["type"], "Ready");
+        assert_eq!(node["metadata"]["labels"]["kubernetes.io/hostname"], "cp-1");
+        let long = NodeSpec {
+            name: "k".repeat(64),
+            ..got.first().unwrap().clone()
+        };
+        let (node, _) = node_object(&long);
+        assert!(
+            node["metadata"]["labels"]
+                .get("kubernetes.io/hostname")
+                .is_none()
+        );
     }
 
     #[test]

@@ -149,6 +149,13 @@ pub fn reconcile(c: &mut Ctx<'_>, cur: Value) {
                 st["infrastructureReady"] = json!(true);
             }
         }
+        // CAPI sets the nodeRef once a Node with the Machine's providerID
+        // exists in the workload cluster (machine_controller_noderef.go:
+        // "Waiting for a node with matching ProviderID to exist").
+        "Provisioned"
+            if c.registered_nodes
+                .as_ref()
+                .is_some_and(|nodes| !nodes.contains(&n)) => {}
         "Provisioned" => {
             st["phase"] = json!("Running");
             st["nodeRef"] = if c.v2 {

@@ -75,6 +75,10 @@ pub struct Ctx<'a> {
     /// API load balancer CAPO publishes ([`openstack`]). None: simulated
     /// addresses.
     pub endpoints: Option<std::collections::BTreeMap<crate::workload::ClusterKey, (String, u16)>>,
+    /// With `--workload-apiservers`, for a Machine of a cluster whose
+    /// apiserver is ready: the Nodes registered there ([`machine`] sets a
+    /// `nodeRef` only to a Node that exists).
+    pub registered_nodes: Option<std::collections::BTreeSet<String>>,
 }
 
 pub type Reconcile = fn(&mut Ctx<'_>, Value);
@@ -105,6 +109,7 @@ impl<'a> Ctx<'a> {
             now: chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
             actions: Vec::new(),
             endpoints: None,
+            registered_nodes: None,
         }
     }
 
