@@ -20,7 +20,6 @@ import os
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 
 from conftest import (ROOT, Conductor, free_port, new_database, new_vhost, rabbitmqctl, write_conf)
@@ -89,24 +88,15 @@ def keystone_start(tmp):
         if not token:
             return None
         if token not in tokens:
-            status, _, got = call_with("GET", f"{url}/auth/tokens", service[0], {"X-Subject-Token": token})
+            status, _, got = call("GET", f"{url}/auth/tokens", service[0], headers={"X-Subject-Token": token})
             if status == 401:  # the validating token expired: a new one
                 service[0], _ = password_token(url, "admin", admin_pw, project_name="admin")
-                status, _, got = call_with("GET", f"{url}/auth/tokens", service[0], {"X-Subject-Token": token})
+                status, _, got = call("GET", f"{url}/auth/tokens", service[0], headers={"X-Subject-Token": token})
             tokens[token] = got["token"]["user"]["id"] if status == 200 else None
         return tokens[token]
 
     return dict(url=url, dir=d, admin_token=admin, tenant=tenant, alice=alice, register=register, user_of=user_of,
                 stop=lambda: subprocess.run([KEYSTONE, "stop", str(d)], timeout=30))
-
-
-def call_with(method, url, token, headers):
-    req = urllib.request.Request(url, method=method, headers={"X-Auth-Token": token, **headers})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, dict(r.headers), json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), None
 
 
 class ApiEnv:

@@ -23,9 +23,10 @@ from test_lifecycle import Env
 KEYSTONE = os.path.join(ROOT, "scripts", "keystone.sh")
 
 
-def call(method, url, token=None, body=None):
+def call(method, url, token=None, body=None, headers=None):
     req = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Content-Type": "application/json", **({"X-Auth-Token": token} if token else {})})
+                                 headers={"Content-Type": "application/json", **({"X-Auth-Token": token} if token else {}),
+                                          **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
             data = r.read()

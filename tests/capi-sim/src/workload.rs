@@ -446,85 +446,26 @@ impl Workloads {
             .await
             .map_err(io("ca.crt"))?;
         write_private(&dir.join("ca.key"), ca_key).map_err(io("ca.key"))?;
-        tokio::fs::write(
-            dir.join("apiserver.ext"),
-            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n\
-             extendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,DNS:kubernetes,\
+        // What kubeadm's certs phase signs with the cluster CA: the
+        // apiserver's serving certificate; and capi-sim's own client
+        // certificate (system:masters) to register the Nodes.
+        leaf_certificate(
+            &dir,
+            "apiserver",
+            "/CN=kube-apiserver",
+            "extendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,DNS:kubernetes,\
              DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:127.0.0.1,IP:10.96.0.1\n",
         )
-        .await
-        .map_err(io("apiserver.ext"))?;
-        tokio::fs::write(
-            dir.join("admin.ext"),
-            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n\
-             extendedKeyUsage=clientAuth\n",
+        .await?;
+        leaf_certificate(
+            &dir,
+            "admin",
+            "/O=system:masters/CN=capi-sim",
+            "extendedKeyUsage=clientAuth\n",
         )
-        .await
-        .map_err(io("admin.ext"))?;
-        for args in [
-            &[
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-keyout",
-                "apiserver.key",
-                "-out",
-                "apiserver.csr",
-                "-subj",
-                "/CN=kube-apiserver",
-            ][..],
-            &[
-                "x509",
-                "-req",
-                "-in",
-                "apiserver.csr",
-                "-CA",
-                "ca.crt",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                "apiserver.crt",
-                "-days",
-                "365",
-                "-extfile",
-                "apiserver.ext",
-            ],
-            &[
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-keyout",
-                "admin.key",
-                "-out",
-                "admin.csr",
-                "-subj",
-                "/O=system:masters/CN=capi-sim",
-            ],
-            &[
-                "x509",
-                "-req",
-                "-in",
-                "admin.csr",
-                "-CA",
-                "ca.crt",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                "admin.crt",
-                "-days",
-                "365",
-                "-extfile",
-                "admin.ext",
-            ],
-            &["genrsa", "-out", "sa.key", "2048"],
-            &["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"],
-        ] {
-            openssl(&dir, args).await?;
-        }
+        .await?;
+        openssl(&dir, &["genrsa", "-out", "sa.key", "2048"]).await?;
+        openssl(&dir, &["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"]).await?;
         let port = free_port().map_err(|e| format!("a free port: {e}"))?;
         let log = std::fs::File::create(dir.join("kube-apiserver.log"))
             .map_err(io("kube-apiserver.log"))?;
@@ -610,6 +551,54 @@ fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
         .mode(0o600)
         .open(path)?;
     f.write_all(data)
+}
+
+/// `NAME.key` and `NAME.crt` in `dir`, signed by `ca.crt`/`ca.key` there,
+/// for `subject`, with `usage` (extension lines) after the leaf basics.
+async fn leaf_certificate(
+    dir: &Path,
+    name: &str,
+    subject: &str,
+    usage: &str,
+) -> Result<(), String> {
+    let ext = format!("{name}.ext");
+    let basics = "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n";
+    tokio::fs::write(dir.join(&ext), format!("{basics}{usage}"))
+        .await
+        .map_err(|e| format!("{}/{ext}: {e}", dir.display()))?;
+    let (key, csr, crt) = (
+        format!("{name}.key"),
+        format!("{name}.csr"),
+        format!("{name}.crt"),
+    );
+    openssl(
+        dir,
+        &[
+            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", subject,
+        ],
+    )
+    .await?;
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &crt,
+            "-days",
+            "365",
+            "-extfile",
+            &ext,
+        ],
+    )
+    .await
 }
 
 async fn openssl(dir: &Path, args: &[&str]) -> Result<(), String> {
