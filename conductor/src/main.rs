@@ -9,7 +9,7 @@ use common::config::Config;
 use common::db::{self, Db};
 use conductor::handlers::ConductorHandlers;
 use conductor::metrics::Metrics;
-use conductor::server::{Health, RpcServer};
+use conductor::server::{Health, RpcServer, SHUTDOWN_STEP, bounded_step};
 
 /// A drop-in replacement for Magnum's conductor, driving Cluster API.
 #[derive(Parser, Debug)]
@@ -180,7 +180,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match args.command {
+    let code = match args.command {
         Some(Command::DbCreate { revision }) => runtime.block_on(db_create(cfg, revision)),
         Some(Command::ConfigSample { .. }) => ExitCode::SUCCESS,
         Some(Command::Check) => runtime.block_on(async {
@@ -203,7 +203,11 @@ fn main() -> ExitCode {
             undo,
         }) => runtime.block_on(adopt(cfg, cluster, dry_run, undo)),
         None => runtime.block_on(run(cfg, log_handle)),
-    }
+    };
+    // Tasks still running (watches, operations that resume elsewhere) are
+    // dropped; a blocking one (certificate signing) gets a bounded wait.
+    runtime.shutdown_timeout(SHUTDOWN_STEP);
+    code
 }
 
 async fn adopt(cfg: Config, cluster: String, dry_run: bool, undo: bool) -> ExitCode {
@@ -460,12 +464,20 @@ async fn run(cfg: Config, log_handle: conductor::logging::Handle) -> ExitCode {
         publisher,
     )
     .with_connection_watch(connection_tx);
-    server.run(shutdown_signal()).await;
+    let stopping = engine.clone();
+    server
+        .run(async move {
+            shutdown_signal().await;
+            if let Some(e) = stopping {
+                e.begin_stopping();
+            }
+        })
+        .await;
     if let Some(e) = engine {
-        e.step_down().await;
+        bounded_step("stepping down as status leader", e.step_down()).await;
     }
     heartbeat.abort();
-    database.pool.close().await;
+    bounded_step("closing the database pool", database.pool.close()).await;
     tracing::info!("magnum-conductor stopped");
     ExitCode::SUCCESS
 }

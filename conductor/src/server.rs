@@ -253,12 +253,15 @@ impl<H: Handlers> RpcServer<H> {
             match end {
                 SessionEnd::Shutdown => {
                     tracing::info!("shutting down: no new requests; waiting for in-flight ones");
-                    for (tag, _) in &session.consumer_tags {
-                        let _ = session
-                            .consumer_channel
-                            .basic_cancel(tag.as_str().into(), BasicCancelOptions::default())
-                            .await;
-                    }
+                    bounded_step("cancelling the consumers", async {
+                        for (tag, _) in &session.consumer_tags {
+                            let _ = session
+                                .consumer_channel
+                                .basic_cancel(tag.as_str().into(), BasicCancelOptions::default())
+                                .await;
+                        }
+                    })
+                    .await;
                     wait_idle(
                         &shared,
                         Duration::from_secs(cfg.default.rpc_response_timeout),
@@ -267,14 +270,33 @@ impl<H: Handlers> RpcServer<H> {
                     if topology::delete_fanout_on_shutdown(r)
                         && let Some(f) = decls.iter().find(|d| d.kind == ConsumerKind::Fanout)
                     {
-                        let _ = session
-                            .consumer_channel
-                            .queue_delete(f.queue.as_str().into(), QueueDeleteOptions::default())
-                            .await;
+                        bounded_step("deleting the fanout queue", async {
+                            let _ = session
+                                .consumer_channel
+                                .queue_delete(
+                                    f.queue.as_str().into(),
+                                    QueueDeleteOptions::default(),
+                                )
+                                .await;
+                        })
+                        .await;
                     }
                     let _ = chan_tx.send(None);
                     self.connection.send_replace(None);
-                    let _ = conn.close(200, "shutdown".into()).await;
+                    // The leader election holds the broker lock on this
+                    // connection: it lets go first (deleting the lock queue
+                    // and closing its channel), so nothing is torn down
+                    // while the connection closes.
+                    bounded_step("waiting for the leader election to let go", async {
+                        while Arc::strong_count(&conn) > 1 {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    })
+                    .await;
+                    bounded_step("closing the AMQP connection", async {
+                        let _ = conn.close(200, "shutdown".into()).await;
+                    })
+                    .await;
                     return;
                 }
                 SessionEnd::Lost(why) => {
@@ -296,6 +318,24 @@ impl<H: Handlers> RpcServer<H> {
             Duration::from_secs(cfg.default.rpc_response_timeout),
         )
         .await;
+    }
+}
+
+/// How long one clean-up step at shutdown (after the in-flight requests)
+/// may take before the conductor goes on without it: a broker or apiserver
+/// that does not answer must not keep a stopping conductor alive until
+/// systemd kills it.
+pub const SHUTDOWN_STEP: Duration = Duration::from_secs(5);
+
+/// Run one shutdown step, giving up (with a warning naming it) after
+/// [`SHUTDOWN_STEP`].
+pub async fn bounded_step(what: &str, step: impl std::future::Future<Output = ()>) {
+    if tokio::time::timeout(SHUTDOWN_STEP, step).await.is_err() {
+        tracing::warn!(
+            step = what,
+            "shutdown step unfinished after {}s; going on without it",
+            SHUTDOWN_STEP.as_secs()
+        );
     }
 }
 

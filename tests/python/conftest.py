@@ -154,6 +154,17 @@ def write_conf(path, vhost, extra_default="", rabbit="", extra="", db_url=None):
         )
 
 
+def log_tail(path, lines=25):
+    """The last lines of a log, for a failure message (CI keeps only what
+    pytest prints)."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read()[-20000:].decode(errors="replace")
+    except OSError as e:
+        return f"({path}: {e})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
 class Conductor:
     """Our conductor as a subprocess, with its metrics endpoint."""
 
@@ -168,7 +179,8 @@ class Conductor:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"conductor exited with {self.proc.returncode}; see {self.log.name}")
+                raise RuntimeError(f"conductor exited with {self.proc.returncode}; see {self.log.name}:\n"
+                                   + log_tail(self.log.name))
             try:
                 with urllib.request.urlopen(self.metrics_url + "/readyz", timeout=2) as r:
                     return json.loads(r.read())
@@ -202,12 +214,19 @@ class Conductor:
             return e.code
 
     def stop(self):
+        """SIGTERM, as systemd stops it; the exit code. A conductor still
+        running 30 s later is killed (and reaped, so its port is free) and
+        `killed_after_sigterm` says so: callers that restart it fail on that
+        rather than on the next start."""
+        self.killed_after_sigterm = False
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
+                self.killed_after_sigterm = True
                 self.proc.kill()
+                self.proc.wait(10)
         self.log.close()
         return self.proc.returncode
 

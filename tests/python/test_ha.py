@@ -173,6 +173,20 @@ def test_conductors_share_the_work(fleet):
     while set(leases(ha)) != left:
         assert time.time() < deadline, leases(ha)
         time.sleep(0.2)
+    # The leader stopped as systemd stops it: a clean exit, no ERROR for a
+    # hand-over it planned, and another conductor leads soon after.
+    (leader,) = leaders(ha)
+    log = leader.log.name
+    start = os.path.getsize(log)
+    stopped = time.time()
+    assert leader.stop() == 0 and not leader.killed_after_sigterm
+    with open(log) as f:
+        f.seek(start)
+        after = ANSI.sub("", f.read())
+    assert " ERROR " not in after, after
+    assert "magnum-conductor stopped" in after, after
+    took = wait_for("no conductor took the leadership over", lambda: leaders(ha), 3 * LEASE_DURATION + 10) - stopped
+    print(f"{ha.election}: leader stopped by SIGTERM, next leader after {took:.1f}s")
 
 
 def test_owner_killed_mid_create_another_finishes(ha):

@@ -29,7 +29,7 @@ import urllib.request
 
 import pytest
 
-from conftest import (CONDUCTOR_BIN, ROOT, Conductor, free_port, new_database, new_vhost, rabbitmqctl,
+from conftest import (CONDUCTOR_BIN, ROOT, Conductor, free_port, log_tail, new_database, new_vhost, rabbitmqctl,
                       write_conf)
 from k8s import SIM_BIN, Sim  # noqa: F401 (SIM_BIN: re-exported for other modules)
 
@@ -75,6 +75,8 @@ class Env:
         """Stop the conductor (if still running) and start a new one, with
         MAGNUM_CONDUCTOR_FAILPOINT armed if given."""
         self.conductor.stop()
+        assert not self.conductor.killed_after_sigterm, (
+            "the conductor did not stop within 30 s of SIGTERM:\n" + log_tail(self.tmp / "conductor.log"))
         env = {"MAGNUM_CONDUCTOR_FAILPOINT": failpoint} if failpoint else None
         self.conductor = Conductor(self.conf, self.port, str(self.tmp / "conductor.log"), env=env)
 

@@ -220,6 +220,17 @@ pub async fn campaign<F, W>(
         }
         let current = conns.borrow().clone();
         match held.take() {
+            Some(lock) if leases.stopping() => {
+                // SIGTERM: the RPC server waits for this to let go of its
+                // connection before closing it, so the queue is deleted
+                // and the channel closed here, not torn down mid-close.
+                leases.set_leader(false);
+                if lock.release().await.is_none() {
+                    tracing::info!("handed over the status leadership: this conductor is stopping");
+                }
+                return;
+            }
+            None if leases.stopping() => return,
             Some(lock) if !lock.holds(current.as_ref()) => {
                 tracing::error!(
                     "lost the status leadership: the broker connection owning {LOCK_QUEUE} ended"

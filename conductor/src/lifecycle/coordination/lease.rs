@@ -141,6 +141,9 @@ struct Shared {
     /// Per lease name: (resourceVersion, when this process first saw it).
     seen: Mutex<HashMap<String, (String, Instant)>>,
     leader: AtomicBool,
+    /// Set once when the process begins to stop: campaigns end, and losing
+    /// the leadership is then the plan, not a fault.
+    stopping: AtomicBool,
     /// The Leases as a watch sees them, once [`Leases::watch`] started and
     /// its first list is done (the leader's scan then costs no request).
     watched: Mutex<Option<Store<Lease>>>,
@@ -179,6 +182,7 @@ impl Leases {
             duration,
             seen: Mutex::new(HashMap::new()),
             leader: AtomicBool::new(!enabled),
+            stopping: AtomicBool::new(false),
             watched: Mutex::new(None),
             watch_synced: Arc::new(AtomicBool::new(false)),
         }))
@@ -199,6 +203,16 @@ impl Leases {
     /// Whether this process is the status leader now.
     pub fn is_leader(&self) -> bool {
         self.0.leader.load(Ordering::SeqCst)
+    }
+
+    /// The process is stopping (SIGTERM): campaigns end at their next
+    /// round and do not take the leadership again.
+    pub fn begin_stopping(&self) {
+        self.0.stopping.store(true, Ordering::SeqCst);
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.0.stopping.load(Ordering::SeqCst)
     }
 
     pub(in crate::lifecycle) fn set_leader(&self, v: bool) {
@@ -460,6 +474,7 @@ impl Leases {
     /// another conductor leads at its next try instead of after the
     /// Lease's duration.
     pub async fn step_down(&self) {
+        self.begin_stopping();
         if !self.0.enabled || !self.is_leader() {
             return;
         }
@@ -499,6 +514,11 @@ impl Leases {
         let every = self.0.duration / 3;
         let mut held: Option<Held> = None;
         loop {
+            if self.stopping() {
+                // `step_down` has released the Lease (dropping `held`
+                // stops its renewals; its own release finds it gone).
+                return;
+            }
             match &held {
                 Some(h) if h.valid() => {}
                 Some(_) => {

@@ -132,6 +132,13 @@ impl Engine {
         self.0.leases.enabled() && self.0.capi.leader_election == "amqp"
     }
 
+    /// SIGTERM received: from now on, losing the leadership (the RPC
+    /// server closes the connection holding the broker lock) is the plan,
+    /// not a fault, and no campaign takes it again.
+    pub fn begin_stopping(&self) {
+        self.0.leases.begin_stopping();
+    }
+
     /// At shutdown (in-flight requests done): hand the leadership over.
     pub async fn step_down(&self) {
         if self.broker_election() {
