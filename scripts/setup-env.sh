@@ -8,7 +8,7 @@
 set -euo pipefail
 
 VENV="${MAGNUM_VENV:-$HOME/.cache/magnum-conductor-rs/venv-magnum-23.0.0}"
-PY_REQS="magnum==23.0.0 python-magnumclient==5.0.0 pytest==8.4.2 PyMySQL==1.2.4"
+PY_REQS="magnum==23.0.0 python-magnumclient==5.0.0 pytest==8.4.2 pytest-xdist==3.8.0 PyMySQL==1.2.4"
 VENV22="${MAGNUM22_VENV:-$HOME/.cache/magnum-conductor-rs/venv-magnum-22.0.0}"
 # A real Keystone for the application-credential tests (scripts/keystone.sh).
 KS_VENV="${KEYSTONE_VENV:-$HOME/.cache/magnum-conductor-rs/venv-keystone-30.0.0}"

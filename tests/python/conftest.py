@@ -32,6 +32,8 @@ VENV_BIN = os.path.join(__import__("sys").prefix, "bin")  # the venv, not the in
 # while it needs the broker, is normally done by then), and each holds the
 # lock exclusively for its whole length, waiting for the tempest run if it
 # is still going. `rabbitmqctl("stop_app")` refuses in an unmarked test.
+# Under pytest-xdist they refuse to run beside other workers (whose tests
+# need the broker): scripts/test-all.sh runs them apart (`-m broker_outage`).
 BROKER_LOCK = os.path.join(tempfile.gettempdir(), "magnum-conductor-rs-broker.lock")
 _broker_outage = None
 
@@ -65,6 +67,9 @@ def _broker_outage_lock(request):
     if request.node.get_closest_marker("broker_outage") is None:
         yield
         return
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        pytest.fail("a broker_outage test stops RabbitMQ under the other workers' tests: run these in one "
+                    "process (pytest -m broker_outage), as scripts/test-all.sh does")
     _broker_outage = open(BROKER_LOCK, "a")
     fcntl.flock(_broker_outage, fcntl.LOCK_EX)
     try:
