@@ -161,7 +161,12 @@ fn main() -> ExitCode {
         init_check_logging();
         conductor::logging::Handle::default()
     } else {
-        match conductor::logging::init(&cfg.default) {
+        match conductor::logging::init(
+            &cfg.default,
+            conductor::logging::ExpectedRefusal {
+                queue: conductor::lifecycle::coordination::elect::LOCK_QUEUE,
+            },
+        ) {
             Ok(h) => h,
             Err(e) => {
                 eprintln!("magnum-conductor: {e}");
