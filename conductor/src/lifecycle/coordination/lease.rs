@@ -515,8 +515,13 @@ impl Leases {
         let mut held: Option<Held> = None;
         loop {
             if self.stopping() {
-                // `step_down` has released the Lease (dropping `held`
-                // stops its renewals; its own release finds it gone).
+                // SIGTERM: hand over now. Dropping `held` stops its
+                // renewals and releases the Lease (`step_down`, later,
+                // finds this process no longer leading).
+                if held.take().is_some() {
+                    self.set_leader(false);
+                    tracing::info!("handed over the status leadership: this conductor is stopping");
+                }
                 return;
             }
             match &held {
