@@ -9,6 +9,9 @@
 //! - [`switch`] writes: the marks, a twin of the cluster's template with
 //!   this conductor's driver, the cluster row (compare-and-set).
 //!
+//! A topology cluster (vexxhost magnum-cluster-api) is planned and marked
+//! by [`topology`]: it stays a topology, written by this conductor.
+//!
 //! An adopted cluster keeps what its driver made until an operation must
 //! change it (`capi::render::Adopted`, `lifecycle::plan::apply_adoption`):
 //! a resize changes counts only; an upgrade replaces the machines with
@@ -18,6 +21,7 @@
 pub mod plan;
 pub mod read;
 pub mod switch;
+pub mod topology;
 
 use common::config::Config;
 use common::db::Db;

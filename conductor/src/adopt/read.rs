@@ -19,17 +19,19 @@ use crate::lifecycle::rows;
 use crate::ownership::{self, Owner};
 
 /// The kinds read for a cluster on `line`: (apiVersion, kind, plural).
-pub fn kinds(line: CapiLine) -> [(&'static str, &'static str, &'static str); 13] {
-    let (capi, kcp, boot) = match line {
+pub fn kinds(line: CapiLine) -> [(&'static str, &'static str, &'static str); 14] {
+    let (capi, kcp, boot, addons) = match line {
         CapiLine::V1beta1 => (
             "cluster.x-k8s.io/v1beta1",
             "controlplane.cluster.x-k8s.io/v1beta1",
             "bootstrap.cluster.x-k8s.io/v1beta1",
+            "addons.cluster.x-k8s.io/v1beta1",
         ),
         CapiLine::V1beta2 => (
             "cluster.x-k8s.io/v1beta2",
             "controlplane.cluster.x-k8s.io/v1beta2",
             "bootstrap.cluster.x-k8s.io/v1beta2",
+            "addons.cluster.x-k8s.io/v1beta2",
         ),
     };
     let infra = "infrastructure.cluster.x-k8s.io/v1beta1";
@@ -52,6 +54,8 @@ pub fn kinds(line: CapiLine) -> [(&'static str, &'static str, &'static str); 13]
         ("v1", "ServiceAccount", "serviceaccounts"),
         (rbac, "Role", "roles"),
         (rbac, "RoleBinding", "rolebindings"),
+        // vexxhost's addons (labelled `cluster-uuid`).
+        (addons, "ClusterResourceSet", "clusterresourcesets"),
     ]
 }
 
@@ -161,8 +165,11 @@ pub struct Reading {
     pub line: CapiLine,
     /// What the management cluster holds for it (Secrets without data).
     pub live: Vec<Value>,
-    /// What this conductor would apply for it once adopted.
+    /// What this conductor would apply for it once adopted (nothing for
+    /// a topology).
     pub ours: Vec<Value>,
+    /// Its CAPI Cluster is run by a ClusterClass topology.
+    pub topology: bool,
     pub plan: Plan,
 }
 
@@ -289,6 +296,57 @@ pub async fn read(
             (key, name)
         })
         .collect();
+    let subject = Subject {
+        uuid: &uuid,
+        status: cluster.get_str("status").unwrap_or_default(),
+        driver: &driver,
+        stack_id: &stack,
+        namespace: &ours_ns,
+    };
+    if let Some(ns) = &found_in
+        && live.iter().any(|o| {
+            o["kind"] == "Cluster"
+                && o["metadata"]["name"] == stack.as_str()
+                && crate::capi::topology::is_topology(o)
+        })
+    {
+        // Read as it will be once adopted: with the row's namespace label.
+        let mut as_adopted = cluster.clone();
+        let mut labels = as_adopted
+            .get("labels")
+            .cloned()
+            .filter(Value::is_object)
+            .unwrap_or_else(|| serde_json::json!({}));
+        labels[rows::ADOPTED_NAMESPACE_LABEL] = Value::from(ns.as_str());
+        as_adopted
+            .set("labels", labels)
+            .map_err(|e| format!("cluster labels: {e}"))?;
+        let input = rows::cluster_input(
+            line,
+            &cfg.capi.namespace_prefix,
+            &as_adopted,
+            &template,
+            &ngs,
+        )
+        .map(|(i, _)| i);
+        let plan = super::topology::plan(
+            &subject,
+            ns,
+            line,
+            &live,
+            input.as_ref().map_err(String::as_str),
+        );
+        return Ok(Some(Reading {
+            ours: Vec::new(),
+            topology: true,
+            cluster,
+            template,
+            driver,
+            line,
+            live,
+            plan,
+        }));
+    }
     let observed = observed_after(&live, &stack, &groups, &driver);
     let rendered = rows::cluster_input(line, &cfg.capi.namespace_prefix, &cluster, &template, &ngs)
         .map(|(input, _)| {
@@ -308,13 +366,6 @@ pub async fn read(
             }
             render::render(&d.input)
         });
-    let subject = Subject {
-        uuid: &uuid,
-        status: cluster.get_str("status").unwrap_or_default(),
-        driver: &driver,
-        stack_id: &stack,
-        namespace: &ours_ns,
-    };
     let plan = plan::plan(
         &subject,
         found_in.as_deref(),
@@ -323,6 +374,7 @@ pub async fn read(
     );
     Ok(Some(Reading {
         ours: rendered.unwrap_or_default(),
+        topology: false,
         cluster,
         template,
         driver,

@@ -30,6 +30,7 @@ use crate::capi::render::{
     ADOPTED_ANNOTATION, ADOPTED_TEMPLATE_ANNOTATION, ADOPTED_TWIN_ANNOTATION, CapiLine,
 };
 use crate::lifecycle::engine::{dynamic_api, obj_with};
+use crate::lifecycle::rows;
 use crate::ownership::OUR_DRIVER;
 
 const FIELD_MANAGER: &str = "magnum-conductor";
@@ -98,10 +99,36 @@ async fn twin(db: &Db, template: &MagnumObject) -> Result<MagnumObject, String> 
         .map_err(|e| format!("creating template {name}: {e}"))
 }
 
-/// Point the cluster row at `template`, if it is unchanged since `read`.
-async fn switch_row(db: &Db, read: &MagnumObject, template: &str) -> Result<(), String> {
+/// Point the cluster row at `template` and set or drop its
+/// [`rows::ADOPTED_NAMESPACE_LABEL`] (`namespace`), if the row is
+/// unchanged since `read`.
+async fn switch_row(
+    db: &Db,
+    read: &MagnumObject,
+    template: &str,
+    namespace: Option<&str>,
+) -> Result<(), String> {
     let uuid = read.get_str("uuid").unwrap_or_default();
-    let change = obj_with(&ovo::CLUSTER, &[("cluster_template_id", json!(template))]);
+    let mut labels = read
+        .get("labels")
+        .cloned()
+        .filter(Value::is_object)
+        .unwrap_or_else(|| json!({}));
+    if let Some(m) = labels.as_object_mut() {
+        match namespace {
+            Some(ns) => {
+                m.insert(rows::ADOPTED_NAMESPACE_LABEL.into(), json!(ns));
+            }
+            None => {
+                m.remove(rows::ADOPTED_NAMESPACE_LABEL);
+            }
+        }
+    }
+    let mut changes = vec![("cluster_template_id", json!(template))];
+    if read.get("labels") != Some(&labels) {
+        changes.push(("labels", labels));
+    }
+    let change = obj_with(&ovo::CLUSTER, &changes);
     match repo::save_changed_if(db, &CLUSTER, uuid, &change, Some(read)).await {
         Ok(Some(_)) => Ok(()),
         Ok(None) => Err(format!(
@@ -129,14 +156,18 @@ pub async fn adopt(db: &Db, client: &Client, reading: &Reading) -> Result<String
         stack_id: stack,
         namespace: ns,
     };
-    let all = marks(
-        &subject,
-        project,
-        &reading.live,
-        &reading.ours,
-        old_template,
-        &twin_uuid,
-    );
+    let all = if reading.topology {
+        super::topology::marks(&subject, project, &reading.live, old_template, &twin_uuid)
+    } else {
+        marks(
+            &subject,
+            project,
+            &reading.live,
+            &reading.ours,
+            old_template,
+            &twin_uuid,
+        )
+    };
     for Mark {
         kind,
         name,
@@ -150,7 +181,7 @@ pub async fn adopt(db: &Db, client: &Client, reading: &Reading) -> Result<String
         }
         patch(client, reading.line, ns, kind, name, body).await?;
     }
-    switch_row(db, c, &twin_uuid).await?;
+    switch_row(db, c, &twin_uuid, reading.topology.then_some(ns.as_str())).await?;
     Ok(format!(
         "adopted: {} objects marked; cluster {uuid} now uses template {} ({twin_uuid}, driver \
          {OUR_DRIVER}, hidden); it was on {old_template} ({}). Undo: magnum-conductor adopt --undo {uuid}\n",
@@ -183,10 +214,7 @@ pub async fn undo(
     let line = crate::mgmt::detect_line(client, cfg.capi.api_version)
         .await
         .map_err(|e| e.to_string())?;
-    let ns = naming::namespace(
-        &cfg.capi.namespace_prefix,
-        cluster.get_str("project_id").unwrap_or_default(),
-    );
+    let ns = rows::namespace(&cfg.capi.namespace_prefix, &cluster);
     let stack = cluster.get_str("stack_id").unwrap_or_default();
     let (av, kind, plural) = kinds(line)[0];
     let capi = dynamic_api(client, &ns, av, kind, plural)
@@ -215,7 +243,7 @@ pub async fn undo(
              are this conductor's now; {from} would replace them all. Not undone"
         ));
     }
-    switch_row(db, &cluster, &before).await?;
+    switch_row(db, &cluster, &before, None).await?;
     let clear = json!({"metadata": {"annotations": {
         ADOPTED_ANNOTATION: null, ADOPTED_TEMPLATE_ANNOTATION: null, ADOPTED_TWIN_ANNOTATION: null}}});
     patch(client, line, &ns, "Cluster", stack, clear.clone()).await?;

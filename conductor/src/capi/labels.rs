@@ -239,6 +239,15 @@ fn non_empty(v: &str) -> Option<String> {
     (!t.is_empty()).then(|| t.to_string())
 }
 
+/// `labels` without those this conductor refuses (for a cluster whose
+/// ClusterClass, not this conductor, provides what they ask for).
+pub fn without_refused(mut labels: BTreeMap<String, String>) -> BTreeMap<String, String> {
+    labels.retain(|k, _| {
+        !REFUSED.iter().any(|(l, _)| l == k) && !REFUSED_VALUES.iter().any(|(l, _)| l == k)
+    });
+    labels
+}
+
 /// Parse a cluster's labels; `network_driver` chooses which pod-CIDR label
 /// applies. Returns the labels and warnings for ignored/unknown ones.
 pub fn parse(
@@ -276,6 +285,7 @@ pub fn parse(
         "container_infra_prefix",
         "min_node_count",
         "max_node_count",
+        "capi_adopted_namespace",
     ];
     for (k, v) in labels {
         if let Some((_, feature)) = REFUSED.iter().find(|(l, _)| l == k) {

@@ -15,3 +15,4 @@ pub mod labels;
 pub mod naming;
 pub mod render;
 pub mod status;
+pub mod topology;

@@ -112,6 +112,10 @@ pub struct Adopted {
     /// kept while the control plane's version is unchanged (no machine is
     /// replaced); `None`: ours is rendered (an upgrade replaces them all).
     pub control_plane_template: Option<Value>,
+    /// Run by a ClusterClass topology (vexxhost magnum-cluster-api): no
+    /// object of it is rendered; operations change its topology
+    /// ([`super::topology`]).
+    pub topology: bool,
 }
 
 /// Everything the rendering needs, already resolved and validated.

@@ -17,6 +17,7 @@ use super::naming::object_name;
 use super::render::{
     CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, DEPLOYMENT_NAME_LABEL, NODEGROUP_LABEL,
 };
+use super::topology::{MD_NAME_LABEL, OWNED_LABEL};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
@@ -47,11 +48,13 @@ pub struct Observed {
 }
 
 impl Observed {
-    /// The MachineDeployment of group `key`.
+    /// The MachineDeployment of group `key` (ours carry the group's
+    /// label; a topology's, its entry's name, which is the nodegroup's).
     pub fn machine_deployment(&self, key: &str) -> Option<&Value> {
-        self.machine_deployments
-            .iter()
-            .find(|d| label(d, NODEGROUP_LABEL) == Some(key))
+        self.machine_deployments.iter().find(|d| {
+            label(d, NODEGROUP_LABEL) == Some(key)
+                || (label(d, OWNED_LABEL).is_some() && label(d, MD_NAME_LABEL) == Some(key))
+        })
     }
     /// The Machines of group `key` (`None`: the control plane).
     pub fn group_machines(&self, key: Option<&str>) -> Vec<&Value> {
@@ -63,6 +66,7 @@ impl Observed {
                 // their MachineDeployment's name (`<stack_id>-<key>`, as ours).
                 Some(k) => {
                     label(m, NODEGROUP_LABEL) == Some(k)
+                        || (label(m, OWNED_LABEL).is_some() && label(m, MD_NAME_LABEL) == Some(k))
                         || label(m, CLUSTER_NAME_LABEL).is_some_and(|c| {
                             label(m, DEPLOYMENT_NAME_LABEL) == Some(&object_name(c, k))
                         })

@@ -242,7 +242,14 @@ impl Credentials {
             return Ok(());
         };
         let secrets: Api<KubeSecret> = Api::namespaced(client.clone(), namespace);
-        let name = object_name(stack_id, "cloud-credentials");
+        // An adopted vexxhost cluster's credential is in its driver's
+        // secret (`<stack_id>-cloud-config`, the same clouds.yaml shape).
+        let suffix = if super::rows::adopted_namespace(cluster).is_some() {
+            "cloud-config"
+        } else {
+            "cloud-credentials"
+        };
+        let name = object_name(stack_id, suffix);
         let Some((id, _, _)) =
             crate::mgmt::with_retries("read credentials", || secrets.get_opt(&name))
                 .await?

@@ -28,7 +28,6 @@ use super::plan::{self, Batch, Desired};
 use super::rows;
 use super::watch::{Kick, Watches};
 use crate::capi::autoscaler;
-use crate::capi::naming;
 use crate::capi::render::{self, CapiLine, ClusterInput};
 use crate::capi::status::Observed;
 use crate::metrics::Metrics;
@@ -217,10 +216,7 @@ impl Engine {
     }
 
     pub(super) fn namespace_of(&self, cluster: &MagnumObject) -> String {
-        naming::namespace(
-            &self.0.capi.namespace_prefix,
-            cluster.get_str("project_id").unwrap_or_default(),
-        )
+        rows::namespace(&self.0.capi.namespace_prefix, cluster)
     }
 
     /// Ask the status worker to look at this cluster.
@@ -426,6 +422,11 @@ impl Engine {
         let template = self.template(&cluster).await?;
         let ngs = self.nodegroups(uuid).await?;
         let (desired, _) = self.desired(&cluster, &template, &ngs, batch)?;
+        if desired.input.adopted.as_ref().is_some_and(|a| a.topology) {
+            // Its topology says it all (whichever parts were asked for).
+            self.apply_topology(&cluster, &desired, &ngs).await?;
+            return Ok(desired);
+        }
         let objects = self.render_parts(&desired.input, &parts);
         self.apply_owned(&desired.input, objects, None).await?;
         Ok(desired)

@@ -38,6 +38,7 @@ pub mod rows;
 pub mod runner;
 pub mod status;
 pub mod sync;
+pub mod topology;
 pub mod watch;
 
 pub use engine::Engine;

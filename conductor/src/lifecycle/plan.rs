@@ -22,6 +22,7 @@ use super::rows;
 use crate::capi::labels::{self, KubeVersion};
 use crate::capi::render::{self, ClusterInput, Rollout};
 use crate::capi::status::{GroupTarget, Observed, Targets};
+use crate::capi::topology;
 
 /// Magnum's "completed" group of statuses.
 pub const COMPLETED: &[&str] = &[
@@ -148,7 +149,10 @@ pub fn desired(
     batch: Option<&Batch>,
 ) -> Desired {
     apply_adoption(&mut input, observed);
-    let cp = control_plane_running(observed);
+    // A topology's versions are CAPI's to order (workers follow the
+    // control plane), and its machine templates are CAPI's to name.
+    let topology = input.adopted.as_ref().is_some_and(|a| a.topology);
+    let cp = control_plane_running(observed).filter(|_| !topology);
     let mut waiting = Vec::new();
     let mut held = Vec::new();
     for g in &mut input.workers {
@@ -180,15 +184,15 @@ pub fn desired(
             key: String::new(),
             replicas: Some(i64::from(input.master_count)),
             version: input.master_version.clone(),
-            template: Some(
+            template: (!topology).then(|| {
                 input
                     .adopted
                     .as_ref()
                     .and_then(|a| a.control_plane_template.as_ref())
                     .and_then(|r| r["name"].as_str())
                     .map(str::to_string)
-                    .unwrap_or_else(|| render::control_plane_template_name(&input)),
-            ),
+                    .unwrap_or_else(|| render::control_plane_template_name(&input))
+            }),
             held: false,
             deleting: false,
         },
@@ -212,7 +216,7 @@ pub fn desired(
                 rows::group_version(ng, &input.master_version).unwrap_or_default()
             }),
             template: g
-                .filter(|g| !is_held && g.held_template.is_none())
+                .filter(|g| !topology && !is_held && g.held_template.is_none())
                 .map(|g| render::group_template_name(&input, g)),
             held: is_held,
             deleting: false,
@@ -238,6 +242,45 @@ pub enum Repair {
     Group(String),
     /// Delete this worker group's objects (its row is being deleted).
     DeleteGroup(String),
+    /// Write the topology of a topology-run cluster ([`topology::patch`]).
+    Topology,
+}
+
+/// What the rows want of a topology-run cluster's topology (pure); `ngs`:
+/// its nodegroup rows (their roles).
+pub fn topology_want(d: &Desired, ngs: &[MagnumObject]) -> topology::Want {
+    let input = &d.input;
+    let role = |key: &str| {
+        ngs.iter()
+            .find(|n| rows::group_key(n) == key)
+            .and_then(|n| n.get_str("role"))
+            .unwrap_or("worker")
+            .to_string()
+    };
+    topology::Want {
+        version: input.master_version.clone(),
+        image: input.master_image.clone(),
+        control_plane_replicas: i64::from(input.master_count),
+        groups: input
+            .workers
+            .iter()
+            .map(|g| topology::Group {
+                name: g.key.clone(),
+                role: role(&g.key),
+                flavor: g.flavor.clone(),
+                image: g.image.clone(),
+                replicas: g.autoscale.is_none().then_some(i64::from(g.count)),
+                autoscale: g.autoscale,
+            })
+            .collect(),
+        deleting: d
+            .targets
+            .workers
+            .iter()
+            .filter(|t| t.deleting)
+            .map(|t| t.key.clone())
+            .collect(),
+    }
 }
 
 fn s<'a>(v: &'a Value, p: &str) -> Option<&'a str> {
@@ -248,6 +291,16 @@ fn s<'a>(v: &'a Value, p: &str) -> Option<&'a str> {
 pub fn drift(d: &Desired, o: &Observed) -> Vec<Repair> {
     let mut out = Vec::new();
     let input = &d.input;
+    if input.adopted.as_ref().is_some_and(|a| a.topology) {
+        // What differs is what the topology says (CAPI makes the rest).
+        let differs = o.cluster.as_ref().is_some_and(|c| {
+            topology::patch(c, &topology_want(d, &[])).is_ok_and(|p| !p.is_empty())
+        });
+        if differs {
+            out.push(Repair::Topology);
+        }
+        return out;
+    }
     match &o.control_plane {
         None => out.push(Repair::ControlPlane),
         Some(k) => {
@@ -315,7 +368,16 @@ pub fn apply_adoption(input: &mut ClusterInput, observed: &Observed) {
             .and_then(Value::as_str)
             .map(str::to_string)
     };
-    let Some(driver) = observed.cluster.as_ref().and_then(annotation) else {
+    let observed_driver = observed.cluster.as_ref().and_then(annotation);
+    // A topology cluster (marked so by its row, see `rows::cluster_input`)
+    // renders nothing: only the driver's name is taken from its Cluster.
+    if let Some(a) = input.adopted.as_mut().filter(|a| a.topology) {
+        if let Some(d) = observed_driver {
+            a.driver = d;
+        }
+        return;
+    }
+    let Some(driver) = observed_driver else {
         return;
     };
     let same = |v: Option<&Value>, want: &str| {
@@ -333,6 +395,7 @@ pub fn apply_adoption(input: &mut ClusterInput, observed: &Observed) {
     input.adopted = Some(render::Adopted {
         driver,
         control_plane_template,
+        topology: false,
     });
     for g in &mut input.workers {
         let Some(md) = observed

@@ -9,9 +9,41 @@ use serde_json::{Value, json};
 
 use crate::capi::labels;
 use crate::capi::naming;
-use crate::capi::render::{CapiLine, ClusterInput, Rollout, WorkerGroup};
+use crate::capi::render::{self, CapiLine, ClusterInput, Rollout, WorkerGroup};
+use crate::capi::topology;
 
 pub const CREATE_IN_PROGRESS: &str = "CREATE_IN_PROGRESS";
+
+/// The cluster label `adopt` gives a cluster run by a ClusterClass
+/// topology (vexxhost magnum-cluster-api): the namespace its CAPI Cluster
+/// lives in. It is what makes every conductor treat the cluster as a
+/// topology (no object rendered, `capi::topology`), from the row alone,
+/// with or without a warm watch cache. Only `adopt` writes it: a create
+/// that carries it is refused (see `operations::create`), and Magnum
+/// never changes a cluster's labels afterwards.
+pub const ADOPTED_NAMESPACE_LABEL: &str = "capi_adopted_namespace";
+
+/// The namespace of a topology cluster `adopt` took over, from its row
+/// (only vexxhost's namespace is honoured: the label cannot point a
+/// cluster into another project's namespace).
+pub fn adopted_namespace(cluster: &MagnumObject) -> Option<&'static str> {
+    let v = cluster
+        .get("labels")
+        .and_then(|l| l.get(ADOPTED_NAMESPACE_LABEL))
+        .and_then(Value::as_str)?;
+    (v == topology::VEXXHOST_NAMESPACE).then_some(topology::VEXXHOST_NAMESPACE)
+}
+
+/// The namespace a cluster's objects are in.
+pub fn namespace(namespace_prefix: &str, cluster: &MagnumObject) -> String {
+    match adopted_namespace(cluster) {
+        Some(ns) => ns.to_string(),
+        None => naming::namespace(
+            namespace_prefix,
+            cluster.get_str("project_id").unwrap_or_default(),
+        ),
+    }
+}
 
 fn set(o: &mut MagnumObject, field: &str, v: Value) -> Result<(), String> {
     o.set(field, v).map_err(|e| e.to_string())
@@ -297,8 +329,14 @@ pub fn cluster_input(
             "network_driver {network_driver:?} is not supported (supported: calico, cilium){fix}"
         ));
     }
+    let topology_run = adopted_namespace(cluster).is_some();
+    let mut label_map = dict(cluster.get("labels"));
+    if topology_run {
+        // Its ClusterClass provides what they ask for; nothing is rendered.
+        label_map = labels::without_refused(label_map);
+    }
     let (labels, warnings) =
-        labels::parse(&dict(cluster.get("labels")), &network_driver).map_err(|e| e.to_string())?;
+        labels::parse(&label_map, &network_driver).map_err(|e| e.to_string())?;
     for w in warnings {
         tracing::debug!(cluster = %uuid, "{w}");
     }
@@ -397,7 +435,7 @@ pub fn cluster_input(
         .unwrap_or_default();
     let input = ClusterInput {
         line,
-        namespace: naming::namespace(namespace_prefix, &project_id),
+        namespace: namespace(namespace_prefix, cluster),
         stack_id,
         cluster_uuid: uuid,
         project_id,
@@ -414,7 +452,10 @@ pub fn cluster_input(
         dns_nameservers: dns,
         master_lb_enabled: cluster.get_bool("master_lb_enabled").unwrap_or(false),
         workers,
-        adopted: None,
+        adopted: topology_run.then(|| render::Adopted {
+            topology: true,
+            ..render::Adopted::default()
+        }),
     };
     Ok((input, network_driver))
 }

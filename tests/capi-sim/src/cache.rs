@@ -115,7 +115,7 @@ impl Store {
 /// Every object the controllers read, and where each reconciled one is filed.
 #[derive(Default)]
 pub struct Cache {
-    stores: [Store; 14],
+    stores: [Store; Kind::ALL.len()],
     members: HashMap<ClusterKey, BTreeSet<(Kind, String)>>,
     filed: HashMap<ObjRef, ClusterKey>,
     loose: BTreeSet<ObjRef>,

@@ -53,12 +53,16 @@ pub enum Kind {
     OpenStackMachineTemplate,
     ClusterResourceSetBinding,
     Namespace,
+    ClusterClass,
+    KubeadmControlPlaneTemplate,
+    KubeadmConfigTemplate,
+    OpenStackClusterTemplate,
 }
 
 impl Kind {
     /// Every kind, reconciled ones first in the order a pass runs them
     /// (owners before what they own), then the ones only read.
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 18] = [
         Kind::OpenStackCluster,
         Kind::Cluster,
         Kind::KubeadmControlPlane,
@@ -73,6 +77,10 @@ impl Kind {
         Kind::OpenStackMachineTemplate,
         Kind::ClusterResourceSetBinding,
         Kind::Namespace,
+        Kind::ClusterClass,
+        Kind::KubeadmControlPlaneTemplate,
+        Kind::KubeadmConfigTemplate,
+        Kind::OpenStackClusterTemplate,
     ];
 
     pub fn index(self) -> usize {
@@ -152,6 +160,25 @@ impl Kind {
                 "clusterresourcesetbindings",
             ),
             Kind::Namespace => ("", "v1", "Namespace", "namespaces"),
+            Kind::ClusterClass => ("cluster.x-k8s.io", capi, "ClusterClass", "clusterclasses"),
+            Kind::KubeadmControlPlaneTemplate => (
+                "controlplane.cluster.x-k8s.io",
+                capi,
+                "KubeadmControlPlaneTemplate",
+                "kubeadmcontrolplanetemplates",
+            ),
+            Kind::KubeadmConfigTemplate => (
+                "bootstrap.cluster.x-k8s.io",
+                capi,
+                "KubeadmConfigTemplate",
+                "kubeadmconfigtemplates",
+            ),
+            Kind::OpenStackClusterTemplate => (
+                "infrastructure.cluster.x-k8s.io",
+                "v1beta1",
+                "OpenStackClusterTemplate",
+                "openstackclustertemplates",
+            ),
         }
     }
 

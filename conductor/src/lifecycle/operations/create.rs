@@ -176,6 +176,17 @@ impl Engine {
         if cluster.get_str("status") != Some(rows::CREATE_IN_PROGRESS) {
             return Ok(());
         }
+        if cluster
+            .get("labels")
+            .and_then(|l| l.get(rows::ADOPTED_NAMESPACE_LABEL))
+            .is_some()
+        {
+            // It would place the cluster in another driver's namespace.
+            return Err(StepError::Invalid(format!(
+                "label {} is set by `magnum-conductor adopt` only, on clusters it takes over;                  a new cluster cannot carry it",
+                rows::ADOPTED_NAMESPACE_LABEL
+            )));
+        }
         let mut pending = Vec::new();
         // (b) certificates, unless a previous run stored them.
         if CERT_REFS.iter().any(|r| cluster.get_str(r).is_none()) {

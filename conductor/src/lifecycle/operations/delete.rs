@@ -194,9 +194,15 @@ impl Engine {
 /// The kinds the conductor applies for a cluster besides its CAPI Cluster
 /// and what CAPI deletes with it (control plane, MachineDeployments,
 /// infrastructure): (apiVersion, kind, plural), all carrying our uuid label.
-fn labelled_kinds(line: CapiLine) -> [(&'static str, &'static str, &'static str); 9] {
+fn labelled_kinds(line: CapiLine) -> [(&'static str, &'static str, &'static str); 10] {
     let (capi, _, bootstrap) = line.api_versions();
+    let addons = match line {
+        CapiLine::V1beta1 => "addons.cluster.x-k8s.io/v1beta1",
+        CapiLine::V1beta2 => "addons.cluster.x-k8s.io/v1beta2",
+    };
     [
+        // An adopted vexxhost cluster's addons (`adopt` labels them).
+        (addons, "ClusterResourceSet", "clusterresourcesets"),
         ("v1", "Secret", "secrets"),
         (
             "addons.cluster.x-k8s.io/v1alpha1",

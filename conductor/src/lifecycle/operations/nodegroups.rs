@@ -249,6 +249,14 @@ impl Engine {
         let Some(stack_id) = cluster.get_str("stack_id") else {
             return Ok(());
         };
+        if rows::adopted_namespace(cluster).is_some() {
+            // A topology cluster: the group's entry goes from its topology
+            // (its row is being deleted), CAPI deletes what it made.
+            let uuid = cluster.get_str("uuid").unwrap_or_default();
+            self.converge(uuid, Parts::Groups(vec![key.to_string()]), None)
+                .await?;
+            return Ok(());
+        }
         let ns = self.namespace_of(cluster);
         let capi = capi_apiversion(self.0.line);
         let name = naming::object_name(stack_id, key);

@@ -74,7 +74,11 @@ impl Engine {
                 &format!(
                     "Credential rotation is not supported for a cluster adopted from {}: its \
                      addons still use the credential that driver gave them.",
-                    a.driver
+                    if a.driver.is_empty() {
+                        "another driver"
+                    } else {
+                        a.driver.as_str()
+                    }
                 ),
                 Map::new(),
             )));

@@ -30,6 +30,7 @@ use rpc_schema::ovo::MagnumObject;
 use rpc_schema::{Outcome, RemoteFailure};
 use serde_json::{Map, Value, json};
 
+use crate::capi::topology;
 use crate::handlers::DurableSignal;
 use crate::lifecycle::engine::{Engine, Parts};
 use crate::lifecycle::error::StepError;
@@ -135,6 +136,20 @@ impl Engine {
             .filter(|s| !s.is_empty())
             .ok_or_else(|| refuse("the new template has no image"))?
             .to_string();
+        if rows::adopted_namespace(&row).is_some() {
+            // A topology has one version and takes an image id
+            // (`capi::topology`).
+            if scope != Coverage::WholeCluster {
+                return Err(refuse(
+                    "this cluster is run by a ClusterClass topology (adopted from vexxhost                      magnum-cluster-api): it is upgraded as a whole, to another template",
+                ));
+            }
+            if !topology::uuid_like(&image) {
+                return Err(refuse(&format!(
+                    "this cluster is run by a ClusterClass topology (adopted from vexxhost                      magnum-cluster-api), whose machines take their image by Glance id: the                      new template's image must be given by its id, not {image:?}"
+                )));
+            }
+        }
         // The rows after the upgrade, checked (rendered) before any write.
         let participants: Vec<&MagnumObject> = ngs
             .iter()

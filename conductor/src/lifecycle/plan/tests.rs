@@ -406,3 +406,63 @@ fn nodes_to_remove_by_name_node_or_server() {
     assert!(pick(&["w-9"]).unwrap_err().contains("\"w-9\""));
     assert!(pick(&[""]).is_err());
 }
+
+#[test]
+fn a_topology_cluster_is_repaired_through_its_topology_only() {
+    let (mut c, t, ngs) = rows_for(Some("v1.31.2"));
+    let mut labels = c.get("labels").cloned().unwrap();
+    labels[rows::ADOPTED_NAMESPACE_LABEL] = json!("magnum-system");
+    labels["auto_scaling_enabled"] = json!("false");
+    // A refused label is the ClusterClass's business, not a refusal here.
+    labels["keystone_auth_enabled"] = json!("true");
+    c.set("labels", labels).unwrap();
+    let (input, _) = rows::cluster_input(CapiLine::V1beta1, "magnum-", &c, &t, &ngs).unwrap();
+    assert_eq!(input.namespace, "magnum-system");
+    assert!(input.adopted.as_ref().is_some_and(|a| a.topology));
+    // The label cannot point a cluster into any other namespace.
+    let mut elsewhere = c.clone();
+    let mut l = c.get("labels").cloned().unwrap();
+    l[rows::ADOPTED_NAMESPACE_LABEL] = json!("magnum-otherproject");
+    elsewhere.set("labels", l).unwrap();
+    assert_eq!(rows::namespace("magnum-", &elsewhere), "magnum-p1");
+    assert_eq!(rows::adopted_namespace(&elsewhere), None);
+    let topo = |version: &str, workers: i64| Observed {
+        cluster: Some(
+            json!({"metadata": {"annotations": {render::ADOPTED_ANNOTATION: "k8s_cluster_api"}},
+            "spec": {"topology": {"class": "magnum-v0.38.1", "version": version,
+                "controlPlane": {"replicas": 3},
+                "workers": {"machineDeployments": [{"class": "default-worker", "name": "default-worker",
+                                                     "replicas": workers}]}}}}),
+        ),
+        // Behind the topology: its control plane on the old version (CAPI
+        // orders the upgrade), no template this conductor would name.
+        control_plane: Some(kcp("v1.30.4")),
+        ..Observed::default()
+    };
+    let o = topo("v1.31.2", 2);
+    let d = desired(input.clone(), &ngs, &o, None);
+    assert_eq!(
+        d.input.adopted.as_ref().map(|a| a.driver.as_str()),
+        Some("k8s_cluster_api")
+    );
+    assert!(
+        d.waiting.is_empty(),
+        "no group waits: CAPI orders the versions"
+    );
+    assert_eq!(d.targets.control_plane.template, None);
+    assert!(
+        d.targets
+            .workers
+            .iter()
+            .all(|w| w.template.is_none() && !w.held)
+    );
+    assert_eq!(drift(&d, &o), [], "the topology says what the rows say");
+    // Rows ask for other counts or another version: the topology is written.
+    for o in [topo("v1.31.2", 3), topo("v1.30.4", 2)] {
+        let d = desired(input.clone(), &ngs, &o, None);
+        assert_eq!(drift(&d, &o), [Repair::Topology]);
+    }
+    // Without a topology on its Cluster nothing is rendered in its place.
+    let d = desired(input, &ngs, &Observed::default(), None);
+    assert_eq!(drift(&d, &Observed::default()), []);
+}

@@ -545,6 +545,17 @@ impl Engine {
         repairs: &[Repair],
     ) -> Result<(), StepError> {
         let uuid = cluster.get_str("uuid").unwrap_or_default();
+        if repairs.contains(&Repair::Topology) {
+            tracing::info!(cluster = %uuid, "writing the topology the rows ask for");
+            self.0
+                .metrics
+                .cluster_operations
+                .with_label_values(&["repair", "applied"])
+                .inc();
+            let ngs = self.nodegroups(uuid).await?;
+            self.apply_topology(cluster, d, &ngs).await?;
+            return Ok(());
+        }
         let mut objects = Vec::new();
         for r in repairs {
             match r {
@@ -555,6 +566,7 @@ impl Engine {
                     }
                 }
                 Repair::DeleteGroup(key) => self.delete_group_objects(cluster, key).await?,
+                Repair::Topology => {}
             }
         }
         tracing::info!(cluster = %uuid, ?repairs, "applying what the rows ask for");

@@ -38,6 +38,8 @@ fn ref_name(r: &Value) -> Option<&str> {
 }
 
 pub fn reconcile(c: &mut Ctx<'_>, cur: Value) {
+    // The topology controller runs beside the cluster controller.
+    super::topology::reconcile(c, &cur);
     let (ns, n) = (namespace(&cur).to_string(), name(&cur).to_string());
     let uid = meta(&cur, "uid").unwrap_or("").to_string();
     let infra = cur

@@ -6,6 +6,8 @@
 //!
 //! - [`openstack`]: OpenStackCluster (CAPO): network, router, API load
 //!   balancer, `ready`, or a failure on demand.
+//! - [`topology`]: a Cluster's managed topology (ClusterClass): its
+//!   infrastructure, control plane and MachineDeployments.
 //! - [`cluster`]: Cluster: controller references on its infrastructure and
 //!   control plane, `controlPlaneEndpoint`, phase and conditions in the
 //!   line's shape; deletion in order.
@@ -33,6 +35,7 @@ pub mod deployments;
 pub mod health;
 pub mod machine;
 pub mod openstack;
+pub mod topology;
 
 use serde_json::{Value, json};
 
