@@ -22,13 +22,16 @@ topology disagrees with its rows is refused, with the reasons, writing
 nothing.
 """
 import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
 
 from test_adopt import adopt, line_of, twin_row
 from test_foreign import CAPI, VEXX, create, ensure_namespace
-from test_lifecycle import TEMPLATE, Env
+from test_lifecycle import HERE, TEMPLATE, Env
 
 NS = "magnum-system"
 CLASS = "magnum-v0.38.1"
@@ -381,3 +384,51 @@ def test_a_create_cannot_place_itself_in_another_drivers_namespace(env):
     assert env.sim.kube.items(CAPI, "clusters", f"magnum.openstack.org/cluster-uuid={uuid}") == []
     env.client("delete", uuid)
     env.wait(uuid, lambda g: g["cluster"] is None)
+
+
+@pytest.mark.parametrize("point", ["resize.after_rows", "upgrade.after_rows"])
+def test_an_operation_killed_after_its_rows_finishes_through_the_topology(env, point):
+    """kill -9 once the rows ask for the change, before the topology says
+    it (as test_day2_restart.py does for our own clusters): the next
+    conductor writes the topology (a redelivered request, or the status
+    pass's repair) and the operation completes, nothing replaced twice."""
+    from test_lifecycle_restart import died
+    uuid, stack = vexx_cluster(env)
+    rc, out, err = adopt(env, uuid)
+    assert rc == 0, (out, err)
+    born = machines(env, stack)
+    t = env.client("template", json.dumps(dict(TEMPLATE, name=f"k8s-v1.31-{uuid[:8]}", image_id=IMAGE_2,
+                                               labels={"kube_tag": "v1.31.2"})))["uuid"]
+    env.restart(point)
+    call = None
+    if point.startswith("resize"):
+        env.client("resize", uuid, "3", "[]")
+    else:
+        # A call: its reply never comes from the killed conductor.
+        call = subprocess.Popen([sys.executable, os.path.join(HERE, "lifecycle_client.py"), env.client_conf,
+                                 "upgrade", uuid, t, "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def done(g):
+        return (g["cluster"]["status"] in ("UPDATE_COMPLETE", "UPDATE_FAILED")
+                and all(not n["status"].endswith("_IN_PROGRESS") for n in g["nodegroups"]))
+
+    try:
+        died(env)
+        env.restart()
+        got, seen = env.wait(uuid, done, timeout=240)
+    finally:
+        if call is not None:
+            call.kill()
+            call.wait()
+    assert got["cluster"]["status"] == "UPDATE_COMPLETE", seen
+    topo = capi_cluster(env, stack)["spec"]["topology"]
+    now = machines(env, stack)
+    if point.startswith("resize"):
+        assert entries(env, stack)["default-worker"]["replicas"] == 3
+        assert set(born.items()) <= set(now.items()) and len(now) == 4, (born, now)
+    else:
+        assert topo["version"] == "v1.31.2", topo
+        assert {"name": "imageUUID", "value": IMAGE_2} in topo["variables"]
+        assert len(now) == 3 and not set(now) & set(born), (born, now)
+    env.client("delete", uuid)
+    env.wait(uuid, lambda g: g["cluster"] is None, timeout=180)
