@@ -156,6 +156,22 @@ def vexx_cluster(env, version="v1.30.4"):
             "apiVersion": ADDONS, "kind": "ClusterResourceSet", "metadata": {"name": name, "labels": by_uuid},
             "spec": {"clusterSelector": {"matchLabels": by_uuid}, "strategy": strategy,
                      "resources": [{"name": name, "kind": "Secret"}]}})
+    # resources.ClusterAutoscalerHelmRelease (auto_scaling_enabled): release
+    # `<stack>` of the bundled cluster-autoscaler chart in magnum-system; its
+    # Deployment and Helm's record, labelled as the chart and Helm label them
+    # (charts/cluster-autoscaler/templates/_helpers.tpl: app.kubernetes.io/instance).
+    chart = {"app.kubernetes.io/instance": stack, "app.kubernetes.io/name": "clusterapi-cluster-autoscaler"}
+    create(env, "apps/v1", "deployments", NS, {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": f"{stack}-autoscaler", "labels": chart},
+        "spec": {"replicas": 0, "selector": {"matchLabels": chart},
+                 "template": {"metadata": {"labels": chart},
+                              "spec": {"containers": [{"name": "autoscaler", "image": "registry.k8s.io/autoscaling/"
+                                                       "cluster-autoscaler:v1.30.2"}]}}}})
+    create(env, "v1", "secrets", NS, {"apiVersion": "v1", "kind": "Secret", "type": "helm.sh/release.v1",
+                                      "metadata": {"name": f"sh.helm.release.v1.{stack}.v1",
+                                                   "labels": {"owner": "helm", "name": stack, "status": "deployed",
+                                                              "version": "1"}},
+                                      "stringData": {"release": "H4sI"}})
     # resources.Cluster.get_object: labels, network, the topology.
     create(env, CAPI, "clusters", NS, {
         "apiVersion": CAPI, "kind": "Cluster",
@@ -247,7 +263,8 @@ def test_adopt_resize_nodegroups_undo_upgrade_delete(env):
     for o, why in ((f"KubeadmControlPlane {kcp}", f"made by CAPI from the topology (ClusterClass {CLASS})"),
                    (f"MachineDeployment {md_before['metadata']['name']}", "made by CAPI from the topology"),
                    (f"Secret {stack}-ca", "certificate authorities"), (f"Secret {stack}-cloud-config", "credential"),
-                   (f"ClusterResourceSet {uuid}", "its driver's addons"), ("Machine (3)", "kept")):
+                   (f"ClusterResourceSet {uuid}", "its driver's addons"), ("Machine (3)", "kept"),
+                   (f"Deployment {stack}-autoscaler", "cluster autoscaler")):
         line = line_of(out, o + ":")
         assert line and why in line, (o, out)
     assert out.strip().endswith("adoptable: no machine would be replaced"), out
@@ -362,9 +379,11 @@ def test_adopt_resize_nodegroups_undo_upgrade_delete(env):
     while True:
         left = [(plural, o["metadata"]["name"])
                 for api, plural in ((CAPI, "clusters"), (KCP, "kubeadmcontrolplanes"), (CAPI, "machinedeployments"),
-                                    (CAPI, "machines"), ("v1", "secrets"), (ADDONS, "clusterresourcesets"))
+                                    (CAPI, "machines"), ("v1", "secrets"), (ADDONS, "clusterresourcesets"),
+                                    ("apps/v1", "deployments"))
                 for sel in (f"cluster-uuid={uuid}", f"magnum.openstack.org/cluster-uuid={uuid}",
-                            f"cluster.x-k8s.io/cluster-name={stack}")
+                            f"cluster.x-k8s.io/cluster-name={stack}", f"app.kubernetes.io/instance={stack}",
+                            f"owner=helm,name={stack}")
                 for o in env.sim.kube.items(api, plural, sel, NS)]
         if not left:
             break

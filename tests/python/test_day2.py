@@ -50,7 +50,12 @@ def status_is(*statuses):
 
 
 def settled(g):
-    return g["cluster"] and not g["cluster"]["status"].endswith("_IN_PROGRESS")
+    """The cluster and every node group are out of progress, in one read.
+    (An operation writes its node group's row before the cluster's: a read
+    between the two sees the new count beside the last operation's
+    `*_COMPLETE` cluster status, which is not this operation's end.)"""
+    return (g["cluster"] and not g["cluster"]["status"].endswith("_IN_PROGRESS")
+            and not any(n["status"].endswith("_IN_PROGRESS") for n in g["nodegroups"]))
 
 
 def complete_cluster(env, master=1, workers=2, overrides=None):

@@ -115,6 +115,8 @@ async fn live_objects(
         format!("{}={uuid}", render::UUID_LABEL),
         format!("cluster-uuid={uuid}"),
         format!("owner=helm,name={stack}"),
+        // A Helm chart's objects (vexxhost's cluster-autoscaler release).
+        format!("app.kubernetes.io/instance={stack}"),
     ];
     let mut out: Vec<Value> = Vec::new();
     for (av, kind, plural) in kinds(line) {

@@ -8,9 +8,11 @@
 //! MachineDeployments. Adopting it writes nothing that CAPI acts on: the
 //! CAPI Cluster gets this conductor's labels (its watch finds the cluster
 //! by `cluster.x-k8s.io/cluster-name`, which a topology Cluster does not
-//! carry) and the adoption annotations; the driver's per-cluster Secrets
-//! and ClusterResourceSets get the cluster's uuid label (so deleting the
-//! cluster removes them, as the driver's delete did); the row gets the
+//! carry) and the adoption annotations; the driver's per-cluster Secrets,
+//! ClusterResourceSets and cluster-autoscaler release (Deployment, its
+//! ServiceAccount, Role and RoleBinding, Helm's record) get the cluster's
+//! uuid label (so deleting the cluster removes them, as the driver's
+//! delete did); the row gets the
 //! `capi_adopted_namespace` label (`lifecycle::rows`). From then on
 //! operations write the topology (`capi::topology`), as the driver did.
 //!
@@ -67,6 +69,12 @@ fn keep_reason(o: &Value, stack: &str, class: &str) -> String {
         "ClusterResourceSet" => "its driver's addons (CNI, cloud provider, CSI): kept, removed \
                                  with the cluster"
             .into(),
+        "Deployment" | "ServiceAccount" | "Role" | "RoleBinding" => {
+            "its driver's cluster autoscaler (Helm release in the management cluster): kept, it \
+             acts on the annotations this conductor writes into the topology; removed with the \
+             cluster"
+                .into()
+        }
         "Secret" => match name.strip_prefix(stack).unwrap_or("") {
             "-ca" | "-etcd" | "-proxy" | "-sa" => {
                 "one of the cluster's certificate authorities (Magnum's, as ours): kept, its \
@@ -238,7 +246,17 @@ pub fn marks(
     };
     let mut out: Vec<Mark> = live
         .iter()
-        .filter(|o| matches!(kind_of(o), "Secret" | "ClusterResourceSet"))
+        .filter(|o| {
+            matches!(
+                kind_of(o),
+                "Secret"
+                    | "ClusterResourceSet"
+                    | "Deployment"
+                    | "ServiceAccount"
+                    | "Role"
+                    | "RoleBinding"
+            )
+        })
         .map(|o| Mark {
             kind: kind_of(o).to_string(),
             name: name_of(o).to_string(),
