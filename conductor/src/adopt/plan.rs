@@ -57,7 +57,7 @@ impl std::fmt::Display for ObjRef {
     }
 }
 
-fn obj_ref(o: &Value) -> ObjRef {
+pub(super) fn obj_ref(o: &Value) -> ObjRef {
     ObjRef {
         kind: o["kind"].as_str().unwrap_or("?").to_string(),
         name: o["metadata"]["name"].as_str().unwrap_or("?").to_string(),
@@ -190,7 +190,7 @@ fn kind_is(o: &Value, kind: &str) -> bool {
     o["kind"].as_str() == Some(kind)
 }
 
-fn name_of(o: &Value) -> &str {
+pub(super) fn name_of(o: &Value) -> &str {
     o["metadata"]["name"].as_str().unwrap_or("")
 }
 

@@ -27,30 +27,15 @@
 
 use serde_json::Value;
 
-use super::plan::{Mark, ObjRef, Plan, Subject, idle};
+use super::plan::{Mark, ObjRef, Plan, Subject, idle, name_of, obj_ref};
 use crate::capi::render::{
     ADOPTED_ANNOTATION, ADOPTED_TEMPLATE_ANNOTATION, ADOPTED_TWIN_ANNOTATION, CLUSTER_NAME_LABEL,
     CapiLine, ClusterInput, PROJECT_LABEL, UUID_LABEL,
 };
-use crate::capi::topology::VEXXHOST_NAMESPACE;
+use crate::capi::topology::{VEXXHOST_NAMESPACE, same_version};
 
 fn kind_of(o: &Value) -> &str {
     o["kind"].as_str().unwrap_or("?")
-}
-
-fn name_of(o: &Value) -> &str {
-    o["metadata"]["name"].as_str().unwrap_or("?")
-}
-
-fn obj_ref(o: &Value) -> ObjRef {
-    ObjRef {
-        kind: kind_of(o).to_string(),
-        name: name_of(o).to_string(),
-    }
-}
-
-fn same_version(a: &str, b: &str) -> bool {
-    a.trim_start_matches('v') == b.trim_start_matches('v')
 }
 
 /// Why an object of the cluster is kept as it is.

@@ -82,7 +82,8 @@ pub struct Want {
 const AUTOSCALER_MIN: &str = super::render::AUTOSCALER_MIN;
 const AUTOSCALER_MAX: &str = super::render::AUTOSCALER_MAX;
 
-fn same_version(a: &str, b: &str) -> bool {
+/// The same Kubernetes version, with or without the `v`.
+pub fn same_version(a: &str, b: &str) -> bool {
     a.trim_start_matches('v') == b.trim_start_matches('v')
 }
 
