@@ -7,37 +7,41 @@ cd "$(dirname "$0")/.."
 
 eval "$(scripts/setup-env.sh | tail -n 1)"
 export CARGO_TERM_COLOR=never
+# Each stage's heading says when it started (seconds since this script
+# began, set-up included): CI's budget is 90 minutes and this shows where
+# they go.
+stage() { echo "== $* (at ${SECONDS}s)"; }
 
-echo "== cargo fmt"
+stage "cargo fmt"
 cargo fmt --all -- --check
-echo "== cargo clippy (as released, and with the crash points)"
+stage "cargo clippy (as released, and with the crash points)"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo clippy --workspace --all-targets --quiet --features conductor/failpoints -- -D warnings
-echo "== lint: shellcheck (scripts), ansible-lint production profile (deploy/ansible)"
+stage "lint: shellcheck (scripts), ansible-lint production profile (deploy/ansible)"
 shellcheck scripts/*.sh .ci/run
 (cd deploy/ansible && PATH="$ANSIBLE_LINT_VENV/bin:$PATH" ansible-lint --profile production --offline --nocolor -q)
-echo "== no crash-point code in a build without the failpoints feature"
+stage "no crash-point code in a build without the failpoints feature"
 cargo build -p conductor --bin magnum-conductor --quiet
 if grep -a -q -e MAGNUM_CONDUCTOR_FAILPOINT -e "failpoint reached" target/debug/magnum-conductor; then
   echo "crash-point code found in a build without the failpoints feature" >&2
   exit 1
 fi
-echo "== cargo build (with the crash points the restart tests use)"
+stage "cargo build (with the crash points the restart tests use)"
 cargo build --workspace --quiet --features conductor/failpoints
 grep -a -q MAGNUM_CONDUCTOR_FAILPOINT target/debug/magnum-conductor
 # Magnum's own API tests through tempest (tests/python/test_tempest.py) run
 # beside everything below: most of their ~15 minutes is the plugin's own
 # sleeping. Their output comes at the end.
-echo "== magnum-tempest-plugin 2.12.0: started in the background"
+stage "magnum-tempest-plugin 2.12.0: started in the background"
 tempest_log="$(mktemp)"
 MAGNUM_CONDUCTOR_BIN="$PWD/target/debug/magnum-conductor" \
   "$MAGNUM_VENV/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q tests/python/test_tempest.py \
   >"$tempest_log" 2>&1 &
 tempest_pid=$!
 trap 'kill "$tempest_pid" 2>/dev/null || true' EXIT
-echo "== cargo test (unit + integration, real RabbitMQ)"
+stage "cargo test (unit + integration, real RabbitMQ)"
 MAGNUM_VENV="$MAGNUM_VENV" cargo test --workspace --quiet --features conductor/failpoints 2>&1 | tee /tmp/mc-cargo-test.log
-echo "== magnum-api driver package (Magnum 23.0.0 and 22.0.0, installed as operators do)"
+stage "magnum-api driver package (Magnum 23.0.0 and 22.0.0, installed as operators do)"
 for api_venv in "$MAGNUM_API_VENV" "$MAGNUM22_API_VENV"; do
   "$api_venv/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q deploy/magnum-driver/tests
 done
@@ -46,15 +50,15 @@ done
 # its tests; every test has its own vhost, database, ports and control
 # plane). The tests that stop RabbitMQ run after them, alone.
 py_workers="${PY_WORKERS:-3}"
-echo "== python interop tests (Magnum 23.0.0 client), $py_workers processes"
+stage "python interop tests (Magnum 23.0.0 client), $py_workers processes"
 MAGNUM_CONDUCTOR_BIN="$PWD/target/debug/magnum-conductor" \
   "$MAGNUM_VENV/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q --durations=12 tests/python \
   --ignore=tests/python/test_tempest.py -m "not broker_outage" -n "$py_workers" --dist loadfile
-echo "== python interop tests that stop RabbitMQ (alone)"
+stage "python interop tests that stop RabbitMQ (alone)"
 MAGNUM_CONDUCTOR_BIN="$PWD/target/debug/magnum-conductor" \
   "$MAGNUM_VENV/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q tests/python \
   --ignore=tests/python/test_tempest.py -m broker_outage
-echo "== magnum-tempest-plugin 2.12.0 (tempest 47.0.0, real magnum-api and Keystone, workload apiservers)"
+stage "magnum-tempest-plugin 2.12.0 (tempest 47.0.0, real magnum-api and Keystone, workload apiservers)"
 tempest_rc=0
 wait "$tempest_pid" || tempest_rc=$?
 trap - EXIT
@@ -63,7 +67,7 @@ if [ "$tempest_rc" != 0 ]; then
   echo "magnum-tempest-plugin tests failed (exit $tempest_rc)" >&2
   exit 1
 fi
-echo "== fuzz targets, briefly (scripts/fuzz.sh run 600 for the long run)"
+stage "fuzz targets, briefly (scripts/fuzz.sh run 600 for the long run)"
 if rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal >/dev/null 2>&1; then
   scripts/fuzz.sh run 20
 else
@@ -71,3 +75,4 @@ else
   # through the same bodies by `cargo test` (tests/it/fuzz_corpus.rs).
   echo "SKIP fuzzing: no nightly toolchain here and none could be installed"
 fi
+stage "all passed"

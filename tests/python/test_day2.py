@@ -38,7 +38,10 @@ T131 = dict(TEMPLATE, name="k8s-v1.31", image_id="ubuntu-2204-kube-v1.31.2",
 
 @pytest.fixture(scope="module", params=["v1beta1", "v1beta2"])
 def env(request, tmp_path_factory):
-    e = Env(tmp_path_factory.mktemp("day2-" + request.param), request.param, extra="update_timeout = 1\n")
+    # update.after_health: a health-only cluster_update holds the cluster
+    # for 5 s after saving (see test_resize_and_update).
+    e = Env(tmp_path_factory.mktemp("day2-" + request.param), request.param, extra="update_timeout = 1\n",
+            failpoint="update.after_health:sleep=5000")
     e.kcp_api = "controlplane.cluster.x-k8s.io/" + request.param
     e.boot_api = "bootstrap.cluster.x-k8s.io/" + request.param
     yield e
@@ -235,7 +238,11 @@ def test_resize_and_update(env):
     assert got["cluster"]["status"] == "UPDATE_COMPLETE", seen
     assert ng(got, "default-worker")["status"] == "UPDATE_COMPLETE"
     assert len(machines(env, "default-worker", uuid)) == 3
-    # Health only: saved, nothing else.
+    # Health only: saved, nothing else. The status pass that follows the
+    # operation writes the health it computes from CAPI over it (as Magnum's
+    # periodic health sync does): in CI under load it did so before a poll
+    # saw the saved value. The failpoint holds the cluster's lock for 5 s
+    # after the save, so no status pass runs before the polls below.
     with paused(env):
         before = env.client("get", uuid)["cluster"]
         env.client("update", uuid, json.dumps({"health_status": "UNKNOWN", "health_status_reason": {"by": "test"}}))

@@ -52,9 +52,10 @@ STATIC_CREDENTIALS = ("static_auth_url = https://keystone.example.com:5000/v3\n"
 
 class Env:
     def __init__(self, tmp, line, tick_ms=20, credentials=STATIC_CREDENTIALS, extra="", client_env=None,
-                 conductor_db=None, db_build="rust"):
+                 conductor_db=None, db_build="rust", failpoint=None):
         """`conductor_db`: maps the database URL to the one the conductor
-        uses (e.g. through a proxy); the clients always use the real one."""
+        uses (e.g. through a proxy); the clients always use the real one.
+        `failpoint`: MAGNUM_CONDUCTOR_FAILPOINT for the first conductor."""
         self.tmp = tmp
         self.client_env = client_env or {}
         self.getter = None
@@ -68,7 +69,8 @@ class Env:
             write_conf(path, self.vhost, db_url=url,
                        extra=(f"[metrics]\nlisten = 127.0.0.1:{port}\n"
                               f"[capi]\nkubeconfig = {self.sim.kubeconfig}\nlease_duration = 5\n{credentials}{extra}"))
-        self.conductor = Conductor(self.conf, port, str(tmp / "conductor.log"))
+        self.conductor = Conductor(self.conf, port, str(tmp / "conductor.log"),
+                                   env={"MAGNUM_CONDUCTOR_FAILPOINT": failpoint} if failpoint else None)
         self.template = self.client("template", json.dumps(TEMPLATE))["uuid"]
 
     def restart(self, failpoint=None):

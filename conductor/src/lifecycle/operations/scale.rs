@@ -127,6 +127,9 @@ impl Engine {
                     &[("health_status", hs), ("health_status_reason", hsr)],
                 )
                 .await?;
+                // (The next status pass writes the health it computes from
+                // CAPI over this, as Magnum's periodic health sync does.)
+                crate::failpoint::hit("update.after_health").await;
             }
             return Ok(Value::Null);
         }
