@@ -8,16 +8,25 @@ binary and config are installed, the unit is rendered and passes
 `systemd-analyze verify`, the Python conductor's unit is kept for rollback,
 the conductor started exactly as the unit's ExecStart says becomes ready
 against the local RabbitMQ/MariaDB and the simulator, a second run changes
-nothing, and rollback.yml restores the kept unit."""
+nothing, and rollback.yml restores the kept unit.
+
+Coexistence (magnum_conductor_rs_legacy_topic): the kept Python unit, here
+Magnum 23.0.0's own magnum-conductor, runs beside ours as
+magnum-conductor-legacy with the drop-in the role writes, and each consumes
+its own topic; the role without the topic (the Python conductors retired)
+and rollback.yml remove that unit."""
 import json
 import os
 import re
 import shlex
+import signal
 import subprocess
+import sys
+import time
 
 import pytest
 
-from conftest import CONDUCTOR_BIN, ROOT, Conductor, free_port
+from conftest import CONDUCTOR_BIN, ROOT, Conductor, free_port, rabbitmqctl
 from test_lifecycle import Env
 
 ANSIBLE = os.environ.get("ANSIBLE_VENV", os.path.expanduser("~/.cache/magnum-conductor-rs/venv-ansible-core-2.17"))
@@ -52,18 +61,20 @@ def playbook(root, name, extra):
     return int(recap.group(2)), p.stdout
 
 
-def test_the_role_installs_a_ready_conductor_idempotently_and_rolls_back(env, tmp_path):
+def os_magnum(env, tmp_path, python_unit):
+    """A test root as os_magnum leaves a host: magnum.conf (database,
+    broker) and the Python conductor's unit. Returns (root, units dir, the
+    role's variables)."""
     root = tmp_path / "root"
     etc = root / "etc" / "magnum"
     etc.mkdir(parents=True)
-    # os_magnum's magnum.conf (database, broker) and its Python conductor unit.
     conf = open(env.conf).read()
     conf = re.sub(r"\[metrics\]\nlisten = \S+\n", "", conf)
     conf = re.sub(r"kubeconfig = \S+\n", "", conf)
     (etc / "magnum.conf").write_text(conf)
     units = root / "etc" / "systemd" / "system"
     units.mkdir(parents=True)
-    (units / "magnum-conductor.service").write_text(PYTHON_UNIT)
+    (units / "magnum-conductor.service").write_text(python_unit)
     port = free_port()
     extra = {
         "magnum_conductor_rs_root": str(root),
@@ -75,6 +86,31 @@ def test_the_role_installs_a_ready_conductor_idempotently_and_rolls_back(env, tm
             "capi": {"kubeconfig": env.sim.kubeconfig, "lease_duration": 5, "os_distros": ["ubuntu", "rockylinux"]},
         },
     }
+    return root, units, extra
+
+
+def start_as_unit(unit, root, log_path, port=None, env=None):
+    """Start what a unit's ExecStart says: ours (given its metrics port),
+    with its paths under the test root, or the Python conductor's (the test
+    wrote its real paths) with the unit's environment."""
+    exec_start = re.search(r"^ExecStart=(.*)$", unit, re.M).group(1)
+    argv = shlex.split(exec_start)
+    if port is not None:  # ours: every path under the test root
+        argv = [str(root) + a if a.startswith("/") else a for a in argv]
+        assert argv[0] == str(root / "usr/local/bin/magnum-conductor-rs")
+    script = log_path.with_suffix(".sh")
+    script.write_text("#!/bin/sh\nexec " + " ".join(shlex.quote(a) for a in argv) + "\n")
+    script.chmod(0o755)
+    if port is not None:
+        return Conductor_from_argv(str(script), port, str(log_path))
+    return subprocess.Popen([str(script)], stdout=open(log_path, "a"), stderr=subprocess.STDOUT,
+                            env=dict(os.environ, **(env or {})), start_new_session=True)
+
+
+def test_the_role_installs_a_ready_conductor_idempotently_and_rolls_back(env, tmp_path):
+    root, units, extra = os_magnum(env, tmp_path, PYTHON_UNIT)
+    etc = root / "etc" / "magnum"
+    port = int(extra["magnum_conductor_rs_metrics_listen"].rsplit(":", 1)[1])
     changed, out = playbook(root, "magnum-conductor-rs.yml", extra)
     assert changed >= 4, out
     unit = (units / "magnum-conductor.service").read_text()
@@ -84,14 +120,11 @@ def test_the_role_installs_a_ready_conductor_idempotently_and_rolls_back(env, tm
     rendered = (etc / "magnum-conductor.conf.d" / "50-magnum-conductor-rs.conf").read_text()
     assert f"listen = 127.0.0.1:{port}" in rendered and "os_distros = ubuntu,rockylinux" in rendered
 
+    assert not (units / "magnum-conductor-legacy.service").exists(), "no legacy conductor without its topic"
+    assert "legacy_topic" not in rendered
+
     # The unit's own ExecStart, under the test root, gives a ready conductor.
-    exec_start = re.search(r"^ExecStart=(.*)$", unit, re.M).group(1)
-    argv = [str(root) + a if a.startswith("/") else a for a in shlex.split(exec_start)]
-    assert argv[0] == str(root / "usr/local/bin/magnum-conductor-rs")
-    script = tmp_path / "start.sh"
-    script.write_text("#!/bin/sh\nexec " + " ".join(shlex.quote(a) for a in argv) + "\n")
-    script.chmod(0o755)
-    c = Conductor_from_argv(str(script), port, str(tmp_path / "conductor.log"))
+    c = start_as_unit(unit, root, tmp_path / "conductor.log", port=port)
     try:
         assert c.readyz_status() == 200
     finally:
@@ -117,3 +150,73 @@ class Conductor_from_argv(Conductor):
         self.log = open(log_path, "a")
         self.proc = sp.Popen([script], stdout=self.log, stderr=sp.STDOUT)
         self.server_id = self.wait_ready()["server"]
+
+
+def consumers(vhost):
+    out = rabbitmqctl("list_queues", "-p", vhost, "name", "consumers")
+    rows = (line.split() for line in out.splitlines())
+    return {r[0]: int(r[1]) for r in rows if len(r) == 2 and r[1].isdigit()}  # (no header row)
+
+
+def test_coexistence_runs_the_python_conductor_on_the_legacy_topic_until_retired(env, tmp_path):
+    """Migration step 1 with the role, then step 5 and the rollback."""
+    legacy = "magnum-conductor-legacy"
+    magnum_conductor = os.path.join(os.path.dirname(sys.executable), "magnum-conductor")
+    python_unit = PYTHON_UNIT.replace("/openstack/venvs/magnum-29.0.0/bin/magnum-conductor",
+                                      f"{magnum_conductor} --config-file {tmp_path}/root/etc/magnum/magnum.conf")
+    root, units, extra = os_magnum(env, tmp_path, python_unit)
+    port = int(extra["magnum_conductor_rs_metrics_listen"].rsplit(":", 1)[1])
+    extra["magnum_conductor_rs_legacy_topic"] = legacy
+    extra["magnum_conductor_rs_config_overrides"]["conductor"] = {"max_message_bytes": 2097152}
+    changed, out = playbook(root, "magnum-conductor-rs.yml", extra)
+    rendered = (root / "etc/magnum/magnum-conductor.conf.d/50-magnum-conductor-rs.conf").read_text()
+    # One [conductor] section: the operator's option and the legacy topic.
+    assert rendered.count("[conductor]") == 1, rendered
+    section = rendered.split("[conductor]\n", 1)[1].split("\n\n", 1)[0].strip()
+    assert sorted(section.split("\n")) == ["legacy_topic = " + legacy, "max_message_bytes = 2097152"], rendered
+    kept = units / "magnum-conductor.service.python"
+    assert (units / f"{legacy}.service").read_text() == kept.read_text() == python_unit
+    dropin = (units / f"{legacy}.service.d" / "50-legacy-topic.conf").read_text()
+    assert f"\nEnvironment=OS_CONDUCTOR__TOPIC={legacy}\n" in dropin, dropin
+
+    # Both, started as their units say: ours consumes magnum-conductor, the
+    # Python one (its unit's environment) the legacy topic.
+    ours = start_as_unit((units / "magnum-conductor.service").read_text(), root, tmp_path / "ours.log", port=port)
+    main = consumers(env.vhost).get("magnum-conductor", 0)
+    assert main >= 1
+    environment = dict(line.split("=", 1) for line in re.findall(r"^Environment=(.*)$", dropin, re.M))
+    python = start_as_unit(python_unit, root, tmp_path / "python-conductor.log", env=environment)
+    try:
+        deadline = time.time() + 90
+        while consumers(env.vhost).get(legacy, 0) < 1:
+            assert python.poll() is None, (tmp_path / "python-conductor.log").read_text()[-3000:]
+            assert time.time() < deadline, "the legacy conductor does not consume its topic"
+            time.sleep(0.5)
+        assert consumers(env.vhost).get("magnum-conductor") == main, "nothing but ours on the main topic"
+    finally:
+        # (oslo.service gives its workers up to 60 s after SIGTERM.)
+        os.killpg(python.pid, signal.SIGTERM)
+        try:
+            python.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(python.pid, signal.SIGKILL)
+            python.wait(10)
+        assert ours.stop() == 0
+
+    # A second run changes nothing.
+    changed, out = playbook(root, "magnum-conductor-rs.yml", extra)
+    assert changed == 0, out
+
+    # Retired (the role without the topic): the legacy unit goes, and so
+    # does our option.
+    changed, out = playbook(root, "magnum-conductor-rs.yml", dict(extra, magnum_conductor_rs_legacy_topic=""))
+    assert not (units / f"{legacy}.service").exists() and not (units / f"{legacy}.service.d").exists()
+    assert "legacy_topic" not in (root / "etc/magnum/magnum-conductor.conf.d/50-magnum-conductor-rs.conf").read_text()
+
+    # Coexisting again, then rolled back: the Python unit is back on the
+    # main topic and the legacy unit is gone.
+    playbook(root, "magnum-conductor-rs.yml", extra)
+    assert (units / f"{legacy}.service").exists()
+    playbook(root, "rollback.yml", {"magnum_conductor_rs_root": str(root), "magnum_conductor_rs_manage_service": False})
+    assert (units / "magnum-conductor.service").read_text() == python_unit
+    assert not (units / f"{legacy}.service").exists() and not (units / f"{legacy}.service.d").exists()
