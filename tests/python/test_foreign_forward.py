@@ -125,19 +125,42 @@ def test_calls_and_casts_reach_the_python_conductor_and_its_replies_come_back(en
     env.client("set", helm, json.dumps({"status": "UPDATE_COMPLETE"}))
     # Certificates of their clusters are theirs too.
     assert env.client("call", "get_ca_certificate", helm) == {"ok": True}
+    # The other calls, each to its driver (the statuses reset between them:
+    # Magnum's handler marks the cluster or node group in progress).
+    for method, op in (("cluster_update", "update_cluster"), ("nodegroup_update", "update_nodegroup"),
+                       ("credential_rotate", "rotate_credential"), ("nodegroup_delete", "delete_nodegroup")):
+        env.client("set", helm, json.dumps({"status": "UPDATE_COMPLETE"}), "default-worker",
+                   json.dumps({"status": "UPDATE_COMPLETE"}))
+        assert env.client("call", method, helm) == {"ok": True}, method
+        assert env.python.ops()[-1]["op"] == op, (method, env.python.ops()[-1])
+    env.client("set", helm, json.dumps({"status": "UPDATE_COMPLETE"}), "default-worker",
+               json.dumps({"status": "UPDATE_COMPLETE"}))
     # A create on their template: their conductor inserts and creates it.
     assert env.client("call", "cluster_create", helm) == {"ok": True}
     # Casts, each once (one at a time: two casts in flight may be handled
     # in either order, by Magnum's conductor as by ours).
     env.client("ng-create", helm, json.dumps({"name": "extra"}))
     wait_for("the nodegroup create", lambda: env.python.ops()[-1]["op"] == "create_nodegroup")
+    env.client("set", helm, json.dumps({"status": "UPDATE_COMPLETE"}), "extra", json.dumps({"status": "CREATE_COMPLETE"}))
+    env.client("ng-update", helm, "extra", json.dumps({"max_node_count": 4}))
+    wait_for("the nodegroup update", lambda: env.python.ops()[-1]["op"] == "update_nodegroup")
+    env.client("set", helm, json.dumps({"status": "UPDATE_COMPLETE"}), "extra", json.dumps({"status": "UPDATE_COMPLETE"}))
+    env.client("ng-delete", helm, "extra")
+    wait_for("the nodegroup delete", lambda: env.python.ops()[-1]["op"] == "delete_nodegroup")
+    env.client("set", helm, json.dumps({"status": "UPDATE_COMPLETE"}))
+    env.client("update", helm, json.dumps({"node_count": 9}))
+    wait_for("the update", lambda: env.python.ops()[-1]["op"] == "update_cluster")
+    env.client("set", helm, json.dumps({"status": "UPDATE_COMPLETE"}))
     env.client("delete", helm)
     wait_for("the delete", lambda: env.python.ops()[-1]["op"] == "delete_cluster")
     ops = [o["op"] for o in env.python.ops()[seen:]]
-    assert ops == ["resize_cluster", "upgrade_cluster", "create_cluster", "create_nodegroup", "delete_cluster"], ops
+    assert ops == ["resize_cluster", "upgrade_cluster", "update_cluster", "update_nodegroup", "rotate_credential",
+                   "delete_nodegroup", "create_cluster", "create_nodegroup", "update_nodegroup", "delete_nodegroup",
+                   "update_cluster", "delete_cluster"], ops
     assert all(o["cluster"] == helm for o in env.python.ops()[seen:] if o["op"] != "create_cluster")
     for method in ("cluster_resize", "cluster_upgrade", "cluster_update", "get_ca_certificate", "cluster_create",
-                   "nodegroup_create", "cluster_delete"):
+                   "nodegroup_create", "nodegroup_update", "nodegroup_delete", "credential_rotate",
+                   "cluster_delete"):
         assert env.conductor.metric(FORWARDED, method=method, driver=HELM, outcome="forwarded") >= 1, method
     # Nothing was refused here, and nothing of theirs was touched by us.
     assert env.conductor.metric(SKIPS) == 0
