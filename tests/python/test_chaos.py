@@ -29,7 +29,9 @@ import traceback
 import pytest
 
 from conftest import Conductor, rabbitmqctl
-from test_day2 import T131
+# settled: the cluster and its node groups in one read (an operation writes
+# the node group's row first: the cluster alone still shows the last one's end).
+from test_day2 import T131, scaled, settled
 from test_ha import HaEnv, assert_never_two_at_once
 from test_lifecycle_db_outage import CuttableProxy
 from test_lifecycle_restart import UUID_LABEL
@@ -86,10 +88,6 @@ def objects(env, uuid):
     }
 
 
-def settled(g):
-    return g["cluster"] is not None and not g["cluster"]["status"].endswith("_IN_PROGRESS")
-
-
 def ng(g, name):
     return next((n for n in g["nodegroups"] if n["name"] == name), None)
 
@@ -132,7 +130,7 @@ class Life:
                 cur = ng(got, "default-worker")["node_count"]
                 n = rng.choice([c for c in (1, 2, 3) if c != cur])
                 env.client("resize", self.uuid, str(n), "[]")
-                got, seen = self.wait(lambda g: settled(g) and ng(g, "default-worker")["node_count"] == n, op)
+                got, seen = self.wait(lambda g: scaled(g, "default-worker", n), op)
             elif op == "upgrade":
                 self.upgrade()
                 got, seen = self.wait(lambda g: settled(g) and g["cluster"]["cluster_template_id"] == self.t131
