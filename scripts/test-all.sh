@@ -67,12 +67,15 @@ if [ "$tempest_rc" != 0 ]; then
   echo "magnum-tempest-plugin tests failed (exit $tempest_rc)" >&2
   exit 1
 fi
-stage "fuzz targets, briefly (scripts/fuzz.sh run 600 for the long run)"
-if rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal >/dev/null 2>&1; then
-  scripts/fuzz.sh run 20
+# Fuzzing is a long run, not part of this command by default: the corpora
+# and every crash found so far are replayed through the same bodies by
+# `cargo test` (tests/it/fuzz_corpus.rs) above. A fresh machine spends ~5
+# minutes here (cargo-fuzz and an optimized nightly build) for 80 seconds of
+# fuzzing, twice that on CI, whose budget is 90 minutes for everything.
+if [ -n "${FUZZ_SECONDS:-}" ]; then
+  stage "fuzz targets, ${FUZZ_SECONDS}s each (scripts/fuzz.sh run 600 for the long run)"
+  scripts/fuzz.sh run "$FUZZ_SECONDS"
 else
-  # cargo-fuzz needs a nightly toolchain; the corpora were still replayed
-  # through the same bodies by `cargo test` (tests/it/fuzz_corpus.rs).
-  echo "SKIP fuzzing: no nightly toolchain here and none could be installed"
+  stage "fuzz targets: not run (FUZZ_SECONDS=20 to fuzz briefly here; scripts/fuzz.sh run 600 for the long run)"
 fi
 stage "all passed"
