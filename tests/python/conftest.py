@@ -173,11 +173,15 @@ def log_tail(path, lines=25):
 class Conductor:
     """Our conductor as a subprocess, with its metrics endpoint."""
 
-    def __init__(self, conf_path, metrics_port, log_path, env=None, wait=True):
+    def __init__(self, conf_path, metrics_port, log_path, env=None, wait=True, failpoint=None):
+        """`failpoint`: MAGNUM_CONDUCTOR_FAILPOINT, armed if given."""
         self.metrics_url = f"http://127.0.0.1:{metrics_port}"
         self.log = open(log_path, "a")
+        env = dict(os.environ, **(env or {}))
+        if failpoint:
+            env["MAGNUM_CONDUCTOR_FAILPOINT"] = failpoint
         self.proc = subprocess.Popen([CONDUCTOR_BIN, "--config-file", conf_path], stdout=self.log,
-                                     stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
+                                     stderr=subprocess.STDOUT, env=env)
         self.server_id = self.wait_ready()["server"] if wait else None
 
     def wait_ready(self, timeout=30):
@@ -203,6 +207,16 @@ class Conductor:
             if all(f'{k}="{v}"' in line for k, v in labels.items()):
                 total += float(line.rsplit(" ", 1)[1])
         return total
+
+    def wait_metric(self, name, at_least, timeout=10, **labels):
+        """The metric once it reaches `at_least` (what the conductor observes
+        after a row write, such as an operation's duration, lands a moment
+        after a reader sees the row)."""
+        deadline = time.time() + timeout
+        while (v := self.metric(name, **labels)) < at_least:
+            assert time.time() < deadline, f"{name}{labels} = {v}, not >= {at_least} after {timeout} s"
+            time.sleep(0.1)
+        return v
 
     def metric_or_none(self, name, **labels):
         """The metric, or None while the endpoint is not up yet."""

@@ -64,7 +64,7 @@ def playbook(root, name, extra):
 def os_magnum(env, tmp_path, python_unit):
     """A test root as os_magnum leaves a host: magnum.conf (database,
     broker) and the Python conductor's unit. Returns (root, units dir, the
-    role's variables)."""
+    role's variables, our metrics port)."""
     root = tmp_path / "root"
     etc = root / "etc" / "magnum"
     etc.mkdir(parents=True)
@@ -86,7 +86,7 @@ def os_magnum(env, tmp_path, python_unit):
             "capi": {"kubeconfig": env.sim.kubeconfig, "lease_duration": 5, "os_distros": ["ubuntu", "rockylinux"]},
         },
     }
-    return root, units, extra
+    return root, units, extra, port
 
 
 def start_as_unit(unit, root, log_path, port=None, env=None):
@@ -108,9 +108,8 @@ def start_as_unit(unit, root, log_path, port=None, env=None):
 
 
 def test_the_role_installs_a_ready_conductor_idempotently_and_rolls_back(env, tmp_path):
-    root, units, extra = os_magnum(env, tmp_path, PYTHON_UNIT)
+    root, units, extra, port = os_magnum(env, tmp_path, PYTHON_UNIT)
     etc = root / "etc" / "magnum"
-    port = int(extra["magnum_conductor_rs_metrics_listen"].rsplit(":", 1)[1])
     changed, out = playbook(root, "magnum-conductor-rs.yml", extra)
     assert changed >= 4, out
     unit = (units / "magnum-conductor.service").read_text()
@@ -164,8 +163,7 @@ def test_coexistence_runs_the_python_conductor_on_the_legacy_topic_until_retired
     magnum_conductor = os.path.join(os.path.dirname(sys.executable), "magnum-conductor")
     python_unit = PYTHON_UNIT.replace("/openstack/venvs/magnum-29.0.0/bin/magnum-conductor",
                                       f"{magnum_conductor} --config-file {tmp_path}/root/etc/magnum/magnum.conf")
-    root, units, extra = os_magnum(env, tmp_path, python_unit)
-    port = int(extra["magnum_conductor_rs_metrics_listen"].rsplit(":", 1)[1])
+    root, units, extra, port = os_magnum(env, tmp_path, python_unit)
     extra["magnum_conductor_rs_legacy_topic"] = legacy
     extra["magnum_conductor_rs_config_overrides"]["conductor"] = {"max_message_bytes": 2097152}
     changed, out = playbook(root, "magnum-conductor-rs.yml", extra)

@@ -195,8 +195,8 @@ def test_resize_and_update(env):
     assert got["cluster"]["status_reason"] is None
     w = ng(got, "default-worker")
     assert (w["status"], w["node_count"], len(w["node_addresses"])) == ("UPDATE_COMPLETE", 4, 4)
-    assert env.conductor.metric("magnum_conductor_cluster_operation_duration_seconds_count",
-                                operation="update", outcome="complete") >= 1
+    assert env.conductor.wait_metric("magnum_conductor_cluster_operation_duration_seconds_count", 1,
+                                     operation="update", outcome="complete") >= 1
     assert md(env, stack, "default-worker")["spec"]["replicas"] == 4
 
     # 4 -> 3 naming one machine by its server id: exactly that one goes.

@@ -57,8 +57,7 @@ class HaEnv(Env):
         if kubeconfig:
             text = re.sub(r"(?m)^kubeconfig = .*$", f"kubeconfig = {kubeconfig}", text)
         open(conf, "w").write(text)
-        env = {"MAGNUM_CONDUCTOR_FAILPOINT": failpoint} if failpoint else None
-        c = Conductor(conf, port, str(self.tmp / f"conductor{i}.log"), env=env)
+        c = Conductor(conf, port, str(self.tmp / f"conductor{i}.log"), failpoint=failpoint)
         self.conductors.append(c)
         return c
 

@@ -69,8 +69,7 @@ class Env:
             write_conf(path, self.vhost, db_url=url,
                        extra=(f"[metrics]\nlisten = 127.0.0.1:{port}\n"
                               f"[capi]\nkubeconfig = {self.sim.kubeconfig}\nlease_duration = 5\n{credentials}{extra}"))
-        self.conductor = Conductor(self.conf, port, str(tmp / "conductor.log"),
-                                   env={"MAGNUM_CONDUCTOR_FAILPOINT": failpoint} if failpoint else None)
+        self.conductor = Conductor(self.conf, port, str(tmp / "conductor.log"), failpoint=failpoint)
         self.template = self.client("template", json.dumps(TEMPLATE))["uuid"]
 
     def restart(self, failpoint=None):
@@ -79,8 +78,7 @@ class Env:
         self.conductor.stop()
         assert not self.conductor.killed_after_sigterm, (
             "the conductor did not stop within 30 s of SIGTERM:\n" + log_tail(self.tmp / "conductor.log"))
-        env = {"MAGNUM_CONDUCTOR_FAILPOINT": failpoint} if failpoint else None
-        self.conductor = Conductor(self.conf, self.port, str(self.tmp / "conductor.log"), env=env)
+        self.conductor = Conductor(self.conf, self.port, str(self.tmp / "conductor.log"), failpoint=failpoint)
 
     def client(self, *args, project=PROJECT):
         if args[0] == "get":
@@ -177,8 +175,8 @@ def test_create_and_delete(env):
         assert len(ngs[n]["node_addresses"]) == count, ngs[n]
     assert got["x509keypairs"] == 4
     # Its duration reached the histogram operators alert and graph on.
-    assert env.conductor.metric("magnum_conductor_cluster_operation_duration_seconds_count",
-                                operation="create", outcome="complete") >= 1
+    assert env.conductor.wait_metric("magnum_conductor_cluster_operation_duration_seconds_count", 1,
+                                     operation="create", outcome="complete") >= 1
 
     # What the management cluster holds.
     cl = env.sim.get(f"/apis/{env.sim.capi}/namespaces/{NAMESPACE}/clusters/{stack_id}")
