@@ -218,3 +218,13 @@ def test_coexistence_runs_the_python_conductor_on_the_legacy_topic_until_retired
     playbook(root, "rollback.yml", {"magnum_conductor_rs_root": str(root), "magnum_conductor_rs_manage_service": False})
     assert (units / "magnum-conductor.service").read_text() == python_unit
     assert not (units / f"{legacy}.service").exists() and not (units / f"{legacy}.service.d").exists()
+
+    # os_magnum upgraded (its unit now runs a new venv), then the role again:
+    # the legacy conductor and rollback run the new Python unit, not the one
+    # kept first.
+    upgraded = python_unit.replace("os_magnum)", "os_magnum, upgraded)")
+    (units / "magnum-conductor.service").write_text(upgraded)
+    playbook(root, "magnum-conductor-rs.yml", extra)
+    assert "managed by magnum_conductor_rs" in (units / "magnum-conductor.service").read_text()
+    assert (units / "magnum-conductor.service.python").read_text() == upgraded
+    assert (units / f"{legacy}.service").read_text() == upgraded
