@@ -59,6 +59,8 @@ cert_manager_type = x509keypair
 listen = 127.0.0.1:19323
 [capi]
 kubeconfig = $work/k8s/kubeconfig
+# No OpenStack behind the demo: nothing to clean up there on delete.
+cloud_cleanup = false
 # Demo only: one shared application credential (see docs/lifecycle.md, "Credentials").
 static_auth_url = https://keystone.example.com:5000/v3
 static_application_credential_id = demo-application-credential

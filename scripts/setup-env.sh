@@ -114,7 +114,14 @@ LINT_REQS="ansible-lint==25.1.3 ansible-core>=2.17,<2.18"
 # the plugin, pinned, in a venv of their own.
 TEMPEST_VENV="${TEMPEST_VENV:-$HOME/.cache/magnum-conductor-rs/venv-tempest-47.0.0}"
 TEMPEST_REQS="tempest==47.0.0 magnum-tempest-plugin==2.12.0"
+# Real OpenStack services for the cloud clean-up tests
+# (tests/python/openstack_services.py): Neutron's API server, of the
+# release Magnum 23.0.0 belongs to; apart from the Magnum venvs (their oslo
+# pins differ).
+OS_VENV="${OPENSTACK_VENV:-$HOME/.cache/magnum-conductor-rs/venv-neutron-29.0.0}"
+OS_REQS="neutron==29.0.0 PyMySQL==1.2.4 gunicorn==23.0.0"
 make_venv "$VENV" "$PY_REQS"
+make_venv "$OS_VENV" "$OS_REQS"
 make_venv "$VENV22" "$PY22_REQS"
 make_venv "$KS_VENV" "$KS_REQS"
 make_venv "$API_VENV" "$API_REQS"
@@ -130,4 +137,4 @@ if [ ! -x /opt/stack/bin/kubectl ]; then
 fi
 install_driver "$API_VENV"
 install_driver "$API22_VENV"
-echo "export MAGNUM_VENV=$VENV MAGNUM22_VENV=$VENV22 KEYSTONE_VENV=$KS_VENV MAGNUM_API_VENV=$API_VENV MAGNUM22_API_VENV=$API22_VENV PROMETHEUS_DIR=$PROM_DIR ANSIBLE_VENV=$ANS_VENV ANSIBLE_LINT_VENV=$LINT_VENV TEMPEST_VENV=$TEMPEST_VENV"
+echo "export MAGNUM_VENV=$VENV MAGNUM22_VENV=$VENV22 KEYSTONE_VENV=$KS_VENV MAGNUM_API_VENV=$API_VENV MAGNUM22_API_VENV=$API22_VENV PROMETHEUS_DIR=$PROM_DIR ANSIBLE_VENV=$ANS_VENV ANSIBLE_LINT_VENV=$LINT_VENV TEMPEST_VENV=$TEMPEST_VENV OPENSTACK_VENV=$OS_VENV"

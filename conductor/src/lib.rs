@@ -9,13 +9,16 @@
 //! - [`handlers`]: the interface handlers implement, and the ones so far;
 //!   [`ca`]: the certificate RPCs; [`indirection`]: Magnum's object
 //!   indirection API (every object call of a console-script magnum-api);
-//! - [`metrics`] and [`http`]: Prometheus metrics, health and readiness.
+//! - [`metrics`] and [`http`]: Prometheus metrics, health and readiness;
+//! - [`cloud`]: what a workload cluster makes in OpenStack, and its
+//!   clean-up when the cluster goes.
 
 pub mod adopt;
 pub mod amqp;
 pub mod ca;
 pub mod capi;
 pub mod check;
+pub mod cloud;
 pub mod dedup;
 pub mod failpoint;
 pub mod forward;

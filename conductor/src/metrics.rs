@@ -64,6 +64,12 @@ pub struct Metrics {
     pub rpc_forwarded: IntCounterVec,
     /// Cluster Leases taken over from a conductor that stopped renewing them.
     pub lease_takeovers: IntCounter,
+    /// What deleting clusters' clean-ups asked OpenStack to delete, by kind
+    /// (`load_balancer`, `floating_ip`, `security_group`, `snapshot`,
+    /// `volume`) and outcome (`requested`, `failed`).
+    pub cloud_deletions: IntCounterVec,
+    /// Deleting clusters whose clean-up waits on OpenStack now.
+    pub cloud_cleanup_waiting: IntGauge,
     /// Times this process stopped leading, by reason (`broker`: the
     /// connection owning the leader queue ended; `apiserver`: it stepped
     /// down, cut off from the management cluster).
@@ -301,6 +307,22 @@ impl Metrics {
                     &["method", "driver", "outcome"],
                 ),
             ),
+            cloud_deletions: reg(
+                &registry,
+                counter_vec(
+                    "cloud_deletions_total",
+                    "What deleting clusters' clean-ups asked OpenStack to delete, by kind and outcome.",
+                    &["kind", "outcome"],
+                ),
+            ),
+            cloud_cleanup_waiting: reg(
+                &registry,
+                IntGauge::new(
+                    "cloud_cleanup_waiting",
+                    "Deleting clusters whose clean-up waits on OpenStack (load balancers, volumes...).",
+                )
+                .unwrap_or_else(|_| unreachable_metric()),
+            ),
             lease_takeovers: reg(
                 &registry,
                 IntCounter::new(
@@ -410,6 +432,17 @@ impl Metrics {
     /// 0 rather than "No data" (Prometheus' instrumentation guidance).
     /// Watch kinds are added when their watches start.
     fn init_known(&self) {
+        for kind in [
+            "load_balancer",
+            "floating_ip",
+            "security_group",
+            "snapshot",
+            "volume",
+        ] {
+            for outcome in ["requested", "failed"] {
+                self.cloud_deletions.with_label_values(&[kind, outcome]);
+            }
+        }
         use rpc_schema::methods::{METHODS, Usage};
         for spec in METHODS {
             let kinds: &[&str] = match spec.usage {

@@ -114,6 +114,7 @@ async fn provision(line: Line) {
         "calico",
         &AddonCharts::default(),
         &cloud,
+        &c.cluster_uuid,
     ));
     objects.push(addons::credentials_secret(&c, &cloud, "public", true).manifest);
     // As the engine applies them: the Cluster first, then everything else

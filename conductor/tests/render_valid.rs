@@ -457,8 +457,8 @@ async fn addons_are_strict_valid_and_configurable() {
         );
         let mut charts = AddonCharts::default();
         charts.occm.repo = "https://charts.mirror.local/cpo".into();
-        let calico = addons::render(&c, "calico", &charts, &cloud);
-        let cilium = addons::render(&c, "cilium", &charts, &cloud);
+        let calico = addons::render(&c, "calico", &charts, &cloud, &c.cluster_uuid);
+        let cilium = addons::render(&c, "cilium", &charts, &cloud, "kubernetes");
         assert_eq!(calico[0]["spec"]["chartName"], "tigera-operator");
         assert_eq!(cilium[0]["spec"]["chartName"], "cilium");
         assert_eq!(
@@ -476,6 +476,27 @@ async fn addons_are_strict_valid_and_configurable() {
                 .as_str()
                 .unwrap()
                 .contains("application-credential-id=ac-id")
+        );
+        // The cluster's identity in OpenStack: OCCM's cluster.name and
+        // Cinder CSI's clusterID, read back as the clean-up reads it.
+        let occm = calico[1]["spec"]["valuesTemplate"].as_str().unwrap();
+        let csi = calico[2]["spec"]["valuesTemplate"].as_str().unwrap();
+        assert!(
+            occm.contains(&format!("cluster:\n  name: \"{}\"\n", c.cluster_uuid)),
+            "{occm}"
+        );
+        assert!(
+            csi.contains(&format!("clusterID: \"{}\"\n", c.cluster_uuid)),
+            "{csi}"
+        );
+        assert_eq!(
+            conductor::cloud::identity::identity_from_occm_values(Some(occm), "other"),
+            c.cluster_uuid
+        );
+        let legacy = cilium[1]["spec"]["valuesTemplate"].as_str().unwrap();
+        assert_eq!(
+            conductor::cloud::identity::identity_from_occm_values(Some(legacy), &c.cluster_uuid),
+            "kubernetes"
         );
         let client = client(line).await;
         for o in calico.iter().chain(cilium.iter()) {

@@ -144,6 +144,8 @@ class ApiEnv:
         write_conf(self.conductor_conf, self.vhost, db_url=self.db_url,
                    extra=(f"[metrics]\nlisten = 127.0.0.1:{self.metrics_port}\n"
                           f"[capi]\nkubeconfig = {self.sim.kubeconfig}\nlease_duration = 5\nos_distros = ubuntu,rockylinux\n"
+                          # No Neutron, Octavia or Cinder behind this cloud's stand-in.
+                          f"cloud_cleanup = false\n"
                           f"[keystone_auth]\n{auth}"))
         self.conductor = Conductor(self.conductor_conf, self.metrics_port, str(tmp / "conductor.log"))
         self.api = self.start_api()

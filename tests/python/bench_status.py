@@ -242,7 +242,7 @@ def main():
     conf = os.path.join(tmp, "conductor.conf")
     port = free_port()
     write_conf(conf, vhost, db_url=url, extra=(
-        f"[metrics]\nlisten = 127.0.0.1:{port}\n[capi]\nkubeconfig = {kubeconfig}\n"
+        f"[metrics]\nlisten = 127.0.0.1:{port}\n[capi]\nkubeconfig = {kubeconfig}\ncloud_cleanup = false\n"
         "static_auth_url = https://keystone.example.com:5000/v3\nstatic_application_credential_id = bench\n"
         "static_application_credential_secret = bench-secret\n"))
     conductor = Conductor(conf, port, os.path.join(tmp, "conductor.log"))

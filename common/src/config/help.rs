@@ -465,6 +465,18 @@ pub const HELP: &[(&str, &str, &str)] = &[
     ),
     (
         "capi",
+        "cloud_cleanup",
+        "Before a cluster's network is deleted, delete what its workload cluster made in OpenStack: \
+         OCCM's load balancers, floating IPs and security groups, Cinder CSI's volumes and snapshots \
+         (label volumes_policy=delete|keep), found by the cluster's identity only.",
+    ),
+    (
+        "capi",
+        "cloud_cleanup_timeout",
+        "Seconds that clean-up may wait on OpenStack before the cluster is DELETE_FAILED (its finalizer still holds the network; delete again to retry).",
+    ),
+    (
+        "capi",
         "autoscaler_image",
         "cluster-autoscaler image repository (tag by Kubernetes minor).",
     ),

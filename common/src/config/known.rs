@@ -138,6 +138,8 @@ pub(super) const KNOWN: &[(&str, &[&str])] = &[
             "static_application_credential_id",
             "static_application_credential_secret",
             "update_timeout",
+            "cloud_cleanup",
+            "cloud_cleanup_timeout",
             "autoscaler_image",
             "os_distros",
             "other_drivers",

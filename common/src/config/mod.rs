@@ -251,6 +251,16 @@ pub struct CapiOpts {
     /// Minutes an update (resize, upgrade, nodegroup change) may go without
     /// progress before it is `UPDATE_FAILED` (0: never).
     pub update_timeout: u64,
+    /// Before CAPO deletes a cluster's network, delete what its workload
+    /// cluster made in OpenStack (OCCM's load balancers, floating IPs and
+    /// security groups; Cinder CSI's volumes and snapshots, by the
+    /// cluster's `volumes_policy` label), with the cluster's application
+    /// credential.
+    pub cloud_cleanup: bool,
+    /// Seconds the clean-up may wait on OpenStack (from the start of the
+    /// OpenStackCluster's deletion) before the cluster is `DELETE_FAILED`
+    /// (the finalizer still holds the network; a new delete retries).
+    pub cloud_cleanup_timeout: u64,
     /// The cluster-autoscaler image repository (tag by Kubernetes minor).
     pub autoscaler_image: String,
     /// Glance `os_distro` values this conductor builds clusters from (the
@@ -709,6 +719,8 @@ impl Config {
                 cp.string("static_application_credential_secret", ""),
             ),
             update_timeout: cp.int("update_timeout", 60, Some(0), None)? as u64,
+            cloud_cleanup: cp.boolean("cloud_cleanup", true)?,
+            cloud_cleanup_timeout: cp.int("cloud_cleanup_timeout", 1800, Some(10), None)? as u64,
             autoscaler_image: cp.string(
                 "autoscaler_image",
                 "registry.k8s.io/autoscaling/cluster-autoscaler",

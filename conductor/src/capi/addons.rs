@@ -110,12 +110,22 @@ fn hcp(c: &ClusterInput, addon: &str, chart: &Chart, namespace: &str, values: St
     })
 }
 
-/// The HelmChartProxies of a cluster. `network_driver` is the template's.
+/// The HelmChartProxies of a cluster. `network_driver` is the template's;
+/// `identity` the name OCCM and Cinder CSI give the cluster in OpenStack
+/// (`crate::cloud::identity`: its uuid, or the chart default a cluster
+/// made before identities keeps): OCCM's `cluster.name`
+/// (`--cluster-name`: load balancer names and descriptions, floating IP
+/// and security group descriptions), Cinder CSI's `clusterID` (`--cluster`:
+/// the `cinder.csi.openstack.org/cluster` metadata of volumes and
+/// snapshots). Both charts' values: kubernetes/cloud-provider-openstack
+/// `charts/openstack-cloud-controller-manager/values.yaml` (`cluster.name`)
+/// and `charts/cinder-csi-plugin/values.yaml` (`clusterID`).
 pub fn render(
     c: &ClusterInput,
     network_driver: &str,
     charts: &AddonCharts,
     cloud: &CloudConfig,
+    identity: &str,
 ) -> Vec<Value> {
     let prefix = c
         .labels
@@ -155,11 +165,12 @@ pub fn render(
         c.labels.octavia_provider
     ));
     let indented: String = conf.lines().map(|l| format!("    {l}\n")).collect();
+    let identity = serde_json::to_string(identity).unwrap_or_default();
     let occm_values = format!(
-        "cloudConfigContents: |\n{indented}nodeSelector:\n  node-role.kubernetes.io/control-plane: \"\"\n"
+        "cloudConfigContents: |\n{indented}cluster:\n  name: {identity}\nnodeSelector:\n  node-role.kubernetes.io/control-plane: \"\"\n"
     );
     let csi_values = format!(
-        "secret:\n  enabled: true\n  create: true\n  name: cinder-csi-cloud-config\nstorageClass:\n  enabled: true\ncloudConfigContents: |\n{indented}"
+        "secret:\n  enabled: true\n  create: true\n  name: cinder-csi-cloud-config\nstorageClass:\n  enabled: true\nclusterID: {identity}\ncloudConfigContents: |\n{indented}"
     );
     vec![
         cni,

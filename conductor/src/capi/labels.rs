@@ -286,6 +286,7 @@ pub fn parse(
         "min_node_count",
         "max_node_count",
         "capi_adopted_namespace",
+        crate::cloud::identity::VOLUMES_POLICY_LABEL,
     ];
     for (k, v) in labels {
         if let Some((_, feature)) = REFUSED.iter().find(|(l, _)| l == k) {
@@ -316,6 +317,16 @@ pub fn parse(
         } else if !known.contains(&k.as_str()) {
             warnings.push(format!("label {k} is not known to this conductor; ignored"));
         }
+    }
+    // What the delete's clean-up does with the cluster's volumes: checked
+    // here, so a misspelt policy is refused at create, not met at delete.
+    let policy_label = crate::cloud::identity::VOLUMES_POLICY_LABEL;
+    if let Err(reason) = crate::cloud::identity::VolumesPolicy::parse(get(policy_label)) {
+        return Err(LabelError::Invalid {
+            label: policy_label.into(),
+            value: get(policy_label).unwrap_or_default().into(),
+            reason,
+        });
     }
     let kube_version = kube_version(get("kube_tag").ok_or(LabelError::Missing("kube_tag"))?)?;
     let boot_volume_size_gb = match get("boot_volume_size").and_then(non_empty) {
@@ -431,6 +442,24 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn volumes_policy_is_checked_at_create() {
+        for v in ["delete", "keep", ""] {
+            let (_, w) = parse(
+                &l(&[("kube_tag", "v1.30.4"), ("volumes_policy", v)]),
+                "calico",
+            )
+            .unwrap();
+            assert!(w.is_empty(), "{w:?}");
+        }
+        let e = parse(
+            &l(&[("kube_tag", "v1.30.4"), ("volumes_policy", "shred")]),
+            "calico",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("volumes_policy"), "{e}");
     }
 
     #[test]

@@ -227,6 +227,43 @@ impl Credentials {
         Ok(())
     }
 
+    /// The credential a cluster's clean-up reaches OpenStack with: the
+    /// static one, or the application credential in its clouds.yaml
+    /// Secret (`None`: no Secret, so nothing was ever made with it).
+    pub async fn cloud_credential(
+        &self,
+        client: &kube::Client,
+        namespace: &str,
+        stack_id: &str,
+    ) -> Result<Option<crate::cloud::api::Credential>, CredentialError> {
+        let (auth_url, id, secret) = match &self.source {
+            Source::Static {
+                auth_url,
+                id,
+                secret,
+            } => (auth_url.clone(), id.clone(), secret.clone()),
+            Source::Keystone(_) => {
+                let secrets: Api<KubeSecret> = Api::namespaced(client.clone(), namespace);
+                let name = object_name(stack_id, "cloud-credentials");
+                match crate::mgmt::with_retries("read credentials", || secrets.get_opt(&name))
+                    .await?
+                    .as_ref()
+                    .and_then(stored)
+                {
+                    Some((id, secret, url)) => (url, id, secret),
+                    None => return Ok(None),
+                }
+            }
+        };
+        Ok(Some(crate::cloud::api::Credential {
+            auth_url,
+            id,
+            secret,
+            interface: self.interface.clone(),
+            region: self.region.clone(),
+        }))
+    }
+
     /// Delete a deleted cluster's application credential (read from its
     /// Secret in `namespace`). Static credentials are shared: kept.
     pub async fn release(

@@ -10,7 +10,7 @@
 //! computing what the management cluster should hold
 //! ([`Engine::desired`]), and applying it ([`Engine::converge`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -62,6 +62,10 @@ pub(super) struct Inner {
     /// Per cluster in an update: when the status leader first saw it so
     /// (`cluster_operation_duration_seconds`).
     pub(super) update_seen: Mutex<HashMap<String, Instant>>,
+    /// The OpenStack client of the clean-up (one per process).
+    pub(super) cloud: crate::cloud::api::CloudApi,
+    /// Deleting clusters whose clean-up waits on OpenStack.
+    pub(super) cleanup_waiting: Mutex<HashSet<String>>,
 }
 
 /// What the engine works with (one of each per process).
@@ -177,6 +181,7 @@ impl Engine {
             Duration::from_secs(s.capi.lease_duration),
             s.capi.ha_leases,
         );
+        let cloud = crate::cloud::api::CloudApi::new(s.capi.ca_file.as_deref());
         let engine = Engine(Arc::new(Inner {
             db: s.db,
             x509: s.x509,
@@ -197,6 +202,8 @@ impl Engine {
             kicks: tx,
             progress: Mutex::new(HashMap::new()),
             update_seen: Mutex::new(HashMap::new()),
+            cloud,
+            cleanup_waiting: Mutex::new(HashSet::new()),
         }));
         tokio::spawn(engine.clone().status_worker(rx));
         tokio::spawn(engine.clone().lead());

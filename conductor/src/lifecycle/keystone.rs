@@ -86,7 +86,8 @@ fn v3(base: &str, path: &str) -> String {
     format!("{b}/v3/{path}")
 }
 
-fn tls(ca_file: Option<&str>) -> Result<rustls::ClientConfig, KeystoneError> {
+/// TLS roots: the system's and the cloud's private CA bundle, if any.
+pub(crate) fn tls(ca_file: Option<&str>) -> Result<rustls::ClientConfig, KeystoneError> {
     let mut roots = rustls::RootCertStore::empty();
     let native = rustls_native_certs::load_native_certs();
     for c in native.certs {

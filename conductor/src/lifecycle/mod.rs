@@ -15,7 +15,8 @@
 //!   a step failed (so the engine never imports the runner); [`watch`]: the
 //!   engine's watches on the CAPI kinds, one event = one cluster to look
 //!   at, into [`cache`]; [`credentials`] and [`keystone`]: the OpenStack
-//!   credentials of clusters.
+//!   credentials of clusters; [`cloud`]: their identity in OpenStack, the
+//!   delete's mark and the clean-up of what the workload cluster made there.
 //!
 //! Beside it:
 //! - [`operations`]: one module per Magnum operation;
@@ -27,6 +28,7 @@
 //! the core uses neither; coordination uses only the pure core.
 
 pub mod cache;
+pub mod cloud;
 pub mod coordination;
 pub mod credentials;
 pub mod engine;

@@ -287,11 +287,15 @@ impl Engine {
         self.0.applier.apply(&creds.manifest).await?;
         run.recorded();
         let mut objects = render::render(&input);
+        let identity = self
+            .cloud_identity(&input.namespace, &input.stack_id, &input.cluster_uuid)
+            .await?;
         objects.extend(addons::render(
             &input,
             &network_driver,
             &AddonCharts::from(&self.0.capi),
             &cloud,
+            &identity,
         ));
         objects.extend(autoscaler::render(&input, &self.0.capi.autoscaler_image));
         // The Cluster first: everything else is owned by it, so deleting

@@ -1,6 +1,9 @@
 //! `cluster_delete` (a cast).
 //!
-//! Nodegroups and the cluster DELETE_IN_PROGRESS, the CAPI Cluster deleted
+//! Nodegroups and the cluster DELETE_IN_PROGRESS, the OpenStackCluster
+//! marked for the clean-up of what the workload cluster made in OpenStack
+//! (done by the status worker once the machines are gone:
+//! [`crate::lifecycle::cloud`]), the CAPI Cluster deleted
 //! (CAPI cascades to its control plane, workers and infrastructure; every
 //! other object we applied is owned by it). The status worker says what the
 //! deletion waits for, and once the Cluster is gone [`Engine::finish_delete`]
@@ -71,6 +74,9 @@ impl Engine {
             self.save_nodegroup(&u, &[("status", json!("DELETE_IN_PROGRESS"))])
                 .await?;
         }
+        // The cloud around it first: its OpenStackCluster waits for the
+        // clean-up (`crate::lifecycle::cloud`).
+        self.mark_for_cleanup(cluster, true).await?;
         crate::failpoint::hit("delete.before_capi_delete").await;
         self.delete_capi_cluster(cluster).await?;
         self.progress_done(uuid);
@@ -117,6 +123,7 @@ impl Engine {
     ) -> Result<(), StepError> {
         let uuid = cluster.get_str("uuid").unwrap_or_default().to_string();
         let ns = self.namespace_of(cluster);
+        self.waiting(&uuid, false);
         if let Err(e) = self
             .0
             .credentials

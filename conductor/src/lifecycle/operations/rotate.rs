@@ -105,11 +105,17 @@ impl Engine {
                 self.0.credentials.verify,
             );
             self.0.applier.apply(&secret.manifest).await?;
+            // The identity the addons already run with (a cluster made
+            // before identities keeps the chart default).
+            let identity = self
+                .cloud_identity(&input.namespace, &input.stack_id, &input.cluster_uuid)
+                .await?;
             let objects = addons::render(
                 &input,
                 &network_driver,
                 &AddonCharts::from(&self.0.capi),
                 &cloud,
+                &identity,
             );
             self.apply_owned(&input, objects, None).await?;
             Ok::<(), StepError>(())

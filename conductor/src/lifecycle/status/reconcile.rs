@@ -11,6 +11,11 @@
 //!   workers follow its control plane, and how any conductor finishes an
 //!   operation whose conductor died after saving its rows;
 //! - the status mapper's view becomes column updates ([`crate::lifecycle::sync`]);
+//! - a deleting cluster whose OpenStackCluster waits for the clean-up of
+//!   what the workload cluster made in OpenStack gets it
+//!   ([`crate::lifecycle::cloud`]), its
+//!   `status_reason` naming what it waits for, `DELETE_FAILED` after
+//!   `[capi] cloud_cleanup_timeout`;
 //! - a nodegroup whose deletion is complete loses its row; a cluster whose
 //!   CAPI Cluster is gone is finished ([`Engine::finish_delete`]);
 //! - an update with no progress for `[capi] update_timeout` minutes fails.
@@ -29,6 +34,7 @@ use rpc_schema::ovo::MagnumObject;
 
 use crate::capi::render;
 use crate::capi::status::{self, Clock, GroupTarget, Targets};
+use crate::lifecycle::cloud::{self, Cleanup};
 use crate::lifecycle::engine::{Engine, age, destroy_if_present};
 use crate::lifecycle::error::StepError;
 use crate::lifecycle::plan::{self, Repair};
@@ -325,6 +331,9 @@ impl Engine {
         let mut observed = self.observed(cluster);
         // DELETE_COMPLETE with rows left: a conductor died while removing them.
         let deleting = op == Some(status::Operation::Delete) || status_now == "DELETE_COMPLETE";
+        // A delete whose OpenStackCluster waits for the cloud clean-up
+        // (its machines are gone): clean up, and say what it waits for.
+        let mut cleanup_waits = None;
         if deleting {
             if observed.cluster.is_none() {
                 if needs_lease {
@@ -332,6 +341,17 @@ impl Engine {
                 }
                 self.finish_delete(cluster).await?;
                 return Ok(Pass::Done);
+            }
+            if op == Some(status::Operation::Delete)
+                && observed.infra.as_ref().is_some_and(cloud::awaits_cleanup)
+            {
+                if needs_lease {
+                    return Ok(Pass::NeedsLease);
+                }
+                if let Cleanup::Waiting { reason, timed_out } = self.cloud_cleanup(cluster).await? {
+                    self.kick_later(cluster, cloud::CLEANUP_EVERY);
+                    cleanup_waits = Some((reason, timed_out));
+                }
             }
         } else if op == Some(status::Operation::Create)
             && observed.cluster.is_none()
@@ -393,12 +413,19 @@ impl Engine {
             &targets,
             clock,
         );
-        let view = if op == Some(status::Operation::Update) {
+        let mut view = if op == Some(status::Operation::Update) {
             clock.stalled_min = self.stalled_minutes(cluster, first.progress);
             status::map(status::Operation::Update, &observed, &targets, clock)
         } else {
             first
         };
+        if let Some((reason, timed_out)) = cleanup_waits {
+            view.status_reason = Some(reason);
+            if timed_out {
+                // The delete can go on once the user deletes again.
+                view.status = "DELETE_FAILED".into();
+            }
+        }
 
         // Nodegroups whose deletion is complete lose their row.
         let removed: Vec<(String, String)> = ngs

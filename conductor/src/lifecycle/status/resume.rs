@@ -134,7 +134,9 @@ impl Engine {
                     tracing::info!(cluster = %uuid, reason = %e, "not resumed here");
                     return;
                 }
-                if let Err(e) = self.delete_capi_cluster(c).await {
+                if let Err(e) = self.mark_for_cleanup(c, false).await {
+                    tracing::warn!(cluster = %uuid, error = %e, "cannot mark the OpenStackCluster for the cloud clean-up; will retry at the next resync");
+                } else if let Err(e) = self.delete_capi_cluster(c).await {
                     tracing::warn!(cluster = %uuid, error = %e, "cannot delete the CAPI cluster; will retry at the next resync");
                 }
             }

@@ -1,0 +1,566 @@
+//! A thin typed client for what the clean-up needs of OpenStack (I/O).
+//!
+//! - Keystone: a project-scoped token for the cluster's application
+//!   credential (`POST /v3/auth/tokens`, method `application_credential`)
+//!   and the endpoints of its catalog;
+//! - Neutron (`network`): floating IPs and security groups of the project;
+//! - Octavia (`load-balancer`): load balancers, deleted with `cascade`;
+//! - Cinder (`block-storage`, else `volumev3`): volumes and snapshots.
+//!
+//! A cloud without Octavia or Cinder in its catalog has none of their
+//! resources to delete (Magnum's own `is_octavia_enabled` test). Lists
+//! follow the APIs' `*_links` pages. Tokens and secrets are [`Secret`]s:
+//! never logged, never in an error.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::secret::Secret;
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+
+use super::identity::{
+    FloatingIp, Inventory, Item, Kind, LoadBalancer, SecurityGroup, Snapshot, Volume,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+/// Pages followed per list (a project with more is not a cluster's).
+const MAX_PAGES: usize = 100;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ApiError {
+    /// The service answered with an error status (its own message).
+    #[error("{what}: HTTP {status}: {message}")]
+    Status {
+        what: String,
+        status: u16,
+        message: String,
+    },
+    #[error("{what}: {reason}")]
+    Transport { what: String, reason: String },
+    #[error("{0}")]
+    Config(String),
+}
+
+impl ApiError {
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ApiError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+    /// The credential no longer works (deleted, or its user removed).
+    pub fn is_auth(&self) -> bool {
+        matches!(self.status(), Some(401) | Some(403))
+    }
+}
+
+type Https = hyper_rustls::HttpsConnector<HttpConnector>;
+
+/// One HTTP client for every OpenStack call of the process (cloned).
+#[derive(Clone)]
+pub struct CloudApi {
+    http: Client<Https, Full<Bytes>>,
+}
+
+/// A token and the endpoints of its catalog.
+pub struct Session {
+    token: Secret,
+    pub project_id: String,
+    pub network: String,
+    pub load_balancer: Option<String>,
+    pub block_storage: Option<String>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("project_id", &self.project_id)
+            .field("network", &self.network)
+            .field("load_balancer", &self.load_balancer)
+            .field("block_storage", &self.block_storage)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How to reach the cloud as a cluster: its application credential.
+#[derive(Clone)]
+pub struct Credential {
+    pub auth_url: String,
+    pub id: String,
+    pub secret: Secret,
+    /// Catalog interface (`public`, `internal`).
+    pub interface: String,
+    pub region: Option<String>,
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credential")
+            .field("auth_url", &self.auth_url)
+            .field("id", &self.id)
+            .field("interface", &self.interface)
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The message of an OpenStack error body, whichever service's shape.
+pub fn error_message(body: &Value) -> Option<String> {
+    for p in [
+        "/error/message",
+        "/NeutronError/message",
+        "/faultstring",
+        "/description",
+        "/message",
+    ] {
+        if let Some(s) = body.pointer(p).and_then(Value::as_str) {
+            return Some(s.to_string());
+        }
+    }
+    // Cinder and Nova: {"badRequest": {"message": ...}}.
+    body.as_object()?
+        .values()
+        .find_map(|v| v.get("message").and_then(Value::as_str))
+        .map(str::to_string)
+}
+
+/// The URL of `types`' first service in a token's catalog, for
+/// `interface` (and `region` when set).
+pub fn endpoint(
+    catalog: &Value,
+    types: &[&str],
+    interface: &str,
+    region: Option<&str>,
+) -> Option<String> {
+    let services = catalog.as_array()?;
+    types.iter().find_map(|t| {
+        services
+            .iter()
+            .filter(|s| s["type"] == *t)
+            .flat_map(|s| s["endpoints"].as_array().into_iter().flatten())
+            .find(|e| {
+                e["interface"] == interface
+                    && region.is_none_or(|r| e["region_id"] == r || e["region"] == r)
+            })
+            .and_then(|e| e["url"].as_str())
+            .map(|u| u.trim_end_matches('/').to_string())
+    })
+}
+
+/// `<base>/<version>/<path>` unless the base already ends in the version.
+fn versioned(base: &str, version: &str, path: &str) -> String {
+    let b = base.trim_end_matches('/');
+    let b = b.strip_suffix(&format!("/{version}")).unwrap_or(b);
+    format!("{b}/{version}/{path}")
+}
+
+fn s(v: &Value, k: &str) -> String {
+    v[k].as_str().unwrap_or_default().to_string()
+}
+
+fn metadata(v: &Value) -> BTreeMap<String, String> {
+    v["metadata"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub fn parse_load_balancer(v: &Value) -> LoadBalancer {
+    LoadBalancer {
+        id: s(v, "id"),
+        name: s(v, "name"),
+        description: s(v, "description"),
+        provisioning_status: s(v, "provisioning_status"),
+        vip_network_id: s(v, "vip_network_id"),
+        vip_port_id: s(v, "vip_port_id"),
+    }
+}
+pub fn parse_floating_ip(v: &Value) -> FloatingIp {
+    FloatingIp {
+        id: s(v, "id"),
+        description: s(v, "description"),
+        address: s(v, "floating_ip_address"),
+        port_id: v["port_id"].as_str().map(str::to_string),
+    }
+}
+pub fn parse_security_group(v: &Value) -> SecurityGroup {
+    SecurityGroup {
+        id: s(v, "id"),
+        name: s(v, "name"),
+        description: s(v, "description"),
+    }
+}
+pub fn parse_volume(v: &Value) -> Volume {
+    Volume {
+        id: s(v, "id"),
+        name: s(v, "name"),
+        status: s(v, "status"),
+        metadata: metadata(v),
+    }
+}
+pub fn parse_snapshot(v: &Value) -> Snapshot {
+    Snapshot {
+        id: s(v, "id"),
+        name: s(v, "name"),
+        status: s(v, "status"),
+        volume_id: s(v, "volume_id"),
+        metadata: metadata(v),
+    }
+}
+
+impl CloudApi {
+    /// `ca_file`: the cloud's private CA bundle (`[capi] ca_file`), if any;
+    /// one that cannot be read is reported and the system's CAs are used
+    /// (`check` reports it too).
+    pub fn new(ca_file: Option<&str>) -> CloudApi {
+        let tls = match crate::lifecycle::keystone::tls(ca_file) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::error!(error = %e, "[capi] ca_file unusable for the cloud clean-up; using the system's CAs");
+                crate::lifecycle::keystone::tls(None).unwrap_or_else(|_| {
+                    rustls::ClientConfig::builder()
+                        .with_root_certificates(rustls::RootCertStore::empty())
+                        .with_no_client_auth()
+                })
+            }
+        };
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .build();
+        CloudApi {
+            http: Client::builder(TokioExecutor::new()).build(connector),
+        }
+    }
+
+    async fn send(
+        &self,
+        what: &str,
+        method: Method,
+        url: &str,
+        token: Option<&Secret>,
+        body: Option<&Value>,
+    ) -> Result<(StatusCode, http::HeaderMap, Value), ApiError> {
+        let transport = |reason: String| ApiError::Transport {
+            what: what.to_string(),
+            reason,
+        };
+        let mut req = Request::builder()
+            .method(method)
+            .uri(url)
+            .header("Accept", "application/json")
+            .header("User-Agent", "magnum-conductor-rs");
+        if let Some(t) = token {
+            req = req.header("X-Auth-Token", t.expose());
+        }
+        let bytes = match body {
+            Some(b) => {
+                req = req.header("Content-Type", "application/json");
+                Bytes::from(b.to_string())
+            }
+            None => Bytes::new(),
+        };
+        let req = req
+            .body(Full::new(bytes))
+            .map_err(|e| transport(e.to_string()))?;
+        let resp = tokio::time::timeout(TIMEOUT, self.http.request(req))
+            .await
+            .map_err(|_| transport(format!("no answer from {url} within {TIMEOUT:?}")))?
+            .map_err(|e| transport(format!("{url}: {e}")))?;
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let body = tokio::time::timeout(TIMEOUT, resp.into_body().collect())
+            .await
+            .map_err(|_| transport(format!("{url}: the body timed out")))?
+            .map_err(|e| transport(format!("{url}: {e}")))?
+            .to_bytes();
+        let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        if !status.is_success() {
+            let message = error_message(&json).unwrap_or_else(|| {
+                let text = String::from_utf8_lossy(&body);
+                let t = text.trim();
+                if t.is_empty() {
+                    status.canonical_reason().unwrap_or("").to_string()
+                } else {
+                    t.chars().take(300).collect()
+                }
+            });
+            return Err(ApiError::Status {
+                what: what.to_string(),
+                status: status.as_u16(),
+                message,
+            });
+        }
+        Ok((status, headers, json))
+    }
+
+    /// A token for the cluster's application credential, and its catalog.
+    pub async fn session(&self, c: &Credential) -> Result<Session, ApiError> {
+        let url = versioned(&c.auth_url, "v3", "auth/tokens");
+        let body = json!({"auth": {"identity": {
+            "methods": ["application_credential"],
+            "application_credential": {"id": c.id, "secret": c.secret.expose()}}}});
+        let what = format!("Keystone token for application credential {}", c.id);
+        let (_, headers, info) = self
+            .send(&what, Method::POST, &url, None, Some(&body))
+            .await?;
+        let token = headers
+            .get("X-Subject-Token")
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| ApiError::Transport {
+                what: what.clone(),
+                reason: "no X-Subject-Token header".into(),
+            })?;
+        let catalog = &info["token"]["catalog"];
+        let region = c.region.as_deref();
+        let network = endpoint(catalog, &["network"], &c.interface, region).ok_or_else(|| {
+            ApiError::Config(format!(
+                "no {} network endpoint in the catalog of application credential {}",
+                c.interface, c.id
+            ))
+        })?;
+        Ok(Session {
+            token: Secret::new(token),
+            project_id: info["token"]["project"]["id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            network,
+            load_balancer: endpoint(catalog, &["load-balancer"], &c.interface, region),
+            block_storage: endpoint(
+                catalog,
+                &["block-storage", "volumev3"],
+                &c.interface,
+                region,
+            ),
+        })
+    }
+
+    /// Every item of a list, its pages followed.
+    async fn list(
+        &self,
+        s: &Session,
+        what: &str,
+        url: String,
+        key: &str,
+    ) -> Result<Vec<Value>, ApiError> {
+        let mut out = Vec::new();
+        let mut next = Some(url);
+        let mut pages = 0;
+        while let Some(u) = next.take() {
+            pages += 1;
+            let (_, _, body) = self
+                .send(what, Method::GET, &u, Some(&s.token), None)
+                .await?;
+            out.extend(body[key].as_array().cloned().unwrap_or_default());
+            next = body[format!("{key}_links")]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|l| l["rel"] == "next")
+                .and_then(|l| l["href"].as_str())
+                .map(str::to_string);
+            if pages >= MAX_PAGES {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// What the project has of the kinds a workload cluster makes.
+    pub async fn inventory(&self, s: &Session) -> Result<Inventory, ApiError> {
+        let p = &s.project_id;
+        let mut inv = Inventory {
+            floating_ips: self
+                .list(
+                    s,
+                    "Neutron floating IP list",
+                    versioned(&s.network, "v2.0", &format!("floatingips?project_id={p}")),
+                    "floatingips",
+                )
+                .await?
+                .iter()
+                .map(parse_floating_ip)
+                .collect(),
+            security_groups: self
+                .list(
+                    s,
+                    "Neutron security group list",
+                    versioned(
+                        &s.network,
+                        "v2.0",
+                        &format!("security-groups?project_id={p}"),
+                    ),
+                    "security_groups",
+                )
+                .await?
+                .iter()
+                .map(parse_security_group)
+                .collect(),
+            ..Inventory::default()
+        };
+        if let Some(lb) = &s.load_balancer {
+            inv.load_balancers = self
+                .list(
+                    s,
+                    "Octavia load balancer list",
+                    versioned(lb, "v2", &format!("lbaas/loadbalancers?project_id={p}")),
+                    "loadbalancers",
+                )
+                .await?
+                .iter()
+                .map(parse_load_balancer)
+                .collect();
+        }
+        if let Some(bs) = &s.block_storage {
+            let base = bs.trim_end_matches('/');
+            inv.volumes = self
+                .list(
+                    s,
+                    "Cinder volume list",
+                    format!("{base}/volumes/detail"),
+                    "volumes",
+                )
+                .await?
+                .iter()
+                .map(parse_volume)
+                .collect();
+            inv.snapshots = self
+                .list(
+                    s,
+                    "Cinder snapshot list",
+                    format!("{base}/snapshots/detail"),
+                    "snapshots",
+                )
+                .await?
+                .iter()
+                .map(parse_snapshot)
+                .collect();
+        }
+        Ok(inv)
+    }
+
+    /// Ask for `item`'s deletion. Already gone is success.
+    pub async fn delete(&self, s: &Session, item: &Item) -> Result<(), ApiError> {
+        let missing = |svc: &str| ApiError::Config(format!("{svc} is not in the catalog any more"));
+        let (what, url) = match item.kind {
+            Kind::FloatingIp => (
+                "Neutron floating IP delete",
+                versioned(&s.network, "v2.0", &format!("floatingips/{}", item.id)),
+            ),
+            Kind::SecurityGroup => (
+                "Neutron security group delete",
+                versioned(&s.network, "v2.0", &format!("security-groups/{}", item.id)),
+            ),
+            Kind::LoadBalancer => (
+                "Octavia load balancer delete",
+                versioned(
+                    s.load_balancer
+                        .as_deref()
+                        .ok_or_else(|| missing("Octavia"))?,
+                    "v2",
+                    &format!("lbaas/loadbalancers/{}?cascade=true", item.id),
+                ),
+            ),
+            Kind::Snapshot => (
+                "Cinder snapshot delete",
+                format!(
+                    "{}/snapshots/{}",
+                    s.block_storage
+                        .as_deref()
+                        .ok_or_else(|| missing("Cinder"))?,
+                    item.id
+                ),
+            ),
+            Kind::Volume => (
+                "Cinder volume delete",
+                format!(
+                    "{}/volumes/{}",
+                    s.block_storage
+                        .as_deref()
+                        .ok_or_else(|| missing("Cinder"))?,
+                    item.id
+                ),
+            ),
+        };
+        match self
+            .send(what, Method::DELETE, &url, Some(&s.token), None)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.status() == Some(404) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalog_and_errors() {
+        let catalog = json!([
+            {"type": "network", "endpoints": [
+                {"interface": "internal", "region_id": "R1", "url": "http://10.0.0.1:9696"},
+                {"interface": "public", "region_id": "R2", "url": "https://net.r2/"},
+                {"interface": "public", "region_id": "R1", "url": "https://net.r1/"}]},
+            {"type": "volumev3", "endpoints": [
+                {"interface": "public", "region_id": "R1", "url": "https://cinder/v3/p1"}]}]);
+        assert_eq!(
+            endpoint(&catalog, &["network"], "public", Some("R1")).as_deref(),
+            Some("https://net.r1")
+        );
+        assert_eq!(
+            endpoint(&catalog, &["network"], "public", None).as_deref(),
+            Some("https://net.r2")
+        );
+        assert_eq!(
+            endpoint(&catalog, &["block-storage", "volumev3"], "public", None).as_deref(),
+            Some("https://cinder/v3/p1")
+        );
+        assert_eq!(endpoint(&catalog, &["load-balancer"], "public", None), None);
+        assert_eq!(
+            versioned("http://n:9696/v2.0/", "v2.0", "floatingips"),
+            "http://n:9696/v2.0/floatingips"
+        );
+        assert_eq!(
+            versioned("http://o/load-balancer", "v2", "lbaas/loadbalancers"),
+            "http://o/load-balancer/v2/lbaas/loadbalancers"
+        );
+        for (body, want) in [
+            (
+                json!({"NeutronError": {"type": "NetworkInUse", "message": "in use"}}),
+                "in use",
+            ),
+            (
+                json!({"faultcode": "Client", "faultstring": "Invalid state PENDING_DELETE"}),
+                "Invalid state PENDING_DELETE",
+            ),
+            (
+                json!({"badRequest": {"message": "has snapshots", "code": 400}}),
+                "has snapshots",
+            ),
+            (
+                json!({"error": {"message": "unauthorized", "code": 401}}),
+                "unauthorized",
+            ),
+        ] {
+            assert_eq!(error_message(&body).as_deref(), Some(want));
+        }
+        let v = parse_volume(&json!({"id": "v", "status": "available",
+            "metadata": {"cinder.csi.openstack.org/cluster": "u", "n": 1}}));
+        assert_eq!(v.metadata.len(), 1);
+    }
+}

@@ -1,0 +1,411 @@
+//! The cloud around a cluster, for the operations and the status worker
+//! (what is deleted and how it is matched: [`crate::cloud`]).
+//!
+//! - [`Engine::cloud_identity`]: the identity a cluster's addons run with.
+//! - [`Engine::mark_for_cleanup`] (the delete operation, before it deletes
+//!   the CAPI Cluster): the OpenStackCluster gets our finalizer, the
+//!   identity to delete by and when this delete started. CAPI deletes the
+//!   OpenStackCluster only once every Machine is gone, so OCCM and Cinder
+//!   CSI, which run on them, cannot make anything anew meanwhile; CAPO's
+//!   network deletion (refused by Neutron while a load balancer's port is
+//!   on it) is retried by CAPO until our finalizer goes.
+//! - [`Engine::cloud_cleanup`] (the status pass of a deleting cluster, with
+//!   the cluster's Lease): list what the cluster's application credential
+//!   sees, delete what is the cluster's, and remove the finalizer once
+//!   nothing is left. Every step is idempotent (a 404 is done), so a
+//!   conductor killed at any point, or another one taking over, just
+//!   starts the pass again.
+
+use std::time::Duration;
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use rpc_schema::ovo::MagnumObject;
+use serde_json::{Value, json};
+
+use super::engine::{Engine, dynamic_api};
+use super::error::StepError;
+use super::rows;
+use crate::capi::naming::object_name;
+use crate::cloud::api::Credential;
+use crate::cloud::identity::{
+    self, CLEANUP_FINALIZER, IDENTITY_ANNOTATION, Scope, VOLUMES_POLICY_LABEL, VolumesPolicy,
+};
+
+/// When the current delete started its clean-up (RFC 3339): the timeout
+/// counts from it, and a delete retried after `DELETE_FAILED` sets it anew.
+pub const SINCE_ANNOTATION: &str = "magnum.openstack.org/cloud-cleanup-since";
+
+/// A waiting clean-up's next look.
+pub(in crate::lifecycle) const CLEANUP_EVERY: Duration = Duration::from_secs(5);
+
+const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
+const HCP: &str = "addons.cluster.x-k8s.io/v1alpha1";
+
+/// What a clean-up pass came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::lifecycle) enum Cleanup {
+    /// Everything of the cluster's is gone (or there was nothing to do):
+    /// the finalizer is removed.
+    Done,
+    /// Still waiting on OpenStack: the cluster's `status_reason`, and
+    /// whether the delete's timeout has passed.
+    Waiting { reason: String, timed_out: bool },
+}
+
+/// Whether a (cached) OpenStackCluster is being deleted and waits for our
+/// clean-up.
+pub(in crate::lifecycle) fn awaits_cleanup(infra: &Value) -> bool {
+    let m = &infra["metadata"];
+    !m["deletionTimestamp"].is_null()
+        && m["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|x| x == CLEANUP_FINALIZER))
+}
+
+fn annotation<'a>(o: &'a DynamicObject, key: &str) -> Option<&'a str> {
+    o.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+impl Engine {
+    fn osc_api(&self, ns: &str) -> Api<DynamicObject> {
+        dynamic_api(
+            &self.0.client,
+            ns,
+            INFRA,
+            "OpenStackCluster",
+            "openstackclusters",
+        )
+    }
+
+    /// The values of the cluster's OCCM HelmChartProxy (`None`: not applied).
+    async fn occm_values(&self, ns: &str, stack_id: &str) -> Result<Option<String>, StepError> {
+        let api = dynamic_api(
+            &self.0.client,
+            ns,
+            HCP,
+            "HelmChartProxy",
+            "helmchartproxies",
+        );
+        let name = object_name(stack_id, "openstack-ccm");
+        let hcp = crate::mgmt::with_retries("read the OCCM addon", || api.get_opt(&name)).await?;
+        Ok(hcp.and_then(|h| {
+            h.data["spec"]["valuesTemplate"]
+                .as_str()
+                .map(str::to_string)
+        }))
+    }
+
+    /// The identity the cluster's addons run with: its uuid, unless they
+    /// already run with another (a cluster made before identities keeps
+    /// the chart default: see [`identity::identity_from_occm_values`]).
+    pub(in crate::lifecycle) async fn cloud_identity(
+        &self,
+        ns: &str,
+        stack_id: &str,
+        uuid: &str,
+    ) -> Result<String, StepError> {
+        let values = self.occm_values(ns, stack_id).await?;
+        Ok(identity::identity_from_occm_values(values.as_deref(), uuid))
+    }
+
+    /// Before a delete deletes the CAPI Cluster: the OpenStackCluster holds
+    /// our finalizer, the identity and this delete's start. Nothing to mark
+    /// without `[capi] cloud_cleanup`, for an adopted topology (its driver's
+    /// addons), or without our OCCM addon (nothing of ours ran in the cloud).
+    /// `fresh`: a user's delete (the timeout starts again); else a resume,
+    /// which keeps a mark already there as it is.
+    pub(in crate::lifecycle) async fn mark_for_cleanup(
+        &self,
+        cluster: &MagnumObject,
+        fresh: bool,
+    ) -> Result<(), StepError> {
+        if !self.0.capi.cloud_cleanup || rows::adopted_namespace(cluster).is_some() {
+            return Ok(());
+        }
+        let Some(stack) = cluster.get_str("stack_id") else {
+            return Ok(());
+        };
+        let uuid = cluster.get_str("uuid").unwrap_or_default();
+        let ns = self.namespace_of(cluster);
+        let api = self.osc_api(&ns);
+        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        for _ in 0..5 {
+            let Some(osc) =
+                crate::mgmt::with_retries("read the OpenStackCluster", || api.get_opt(stack))
+                    .await?
+            else {
+                return Ok(());
+            };
+            let identity = match annotation(&osc, IDENTITY_ANNOTATION) {
+                Some(i) => i.to_string(),
+                None => match self.occm_values(&ns, stack).await? {
+                    Some(v) => identity::identity_from_occm_values(Some(&v), uuid),
+                    None => {
+                        tracing::info!(cluster = %uuid, "no cloud-controller-manager addon of ours: nothing in OpenStack to clean up");
+                        return Ok(());
+                    }
+                },
+            };
+            let mut finalizers = osc.metadata.finalizers.clone().unwrap_or_default();
+            let marked = finalizers.iter().any(|f| f == CLEANUP_FINALIZER);
+            if marked && !fresh && annotation(&osc, SINCE_ANNOTATION).is_some() {
+                return Ok(());
+            }
+            if !marked {
+                if osc.metadata.deletion_timestamp.is_some() {
+                    // Deleted before this conductor marked it (no finalizer
+                    // can be added now): CAPO is already taking it down.
+                    tracing::warn!(cluster = %uuid, "the OpenStackCluster was already being deleted without our clean-up mark; OpenStack resources of the cluster are not cleaned up");
+                    return Ok(());
+                }
+                finalizers.push(CLEANUP_FINALIZER.to_string());
+            }
+            let patch = json!({"metadata": {
+                "resourceVersion": osc.metadata.resource_version,
+                "finalizers": finalizers,
+                "annotations": {IDENTITY_ANNOTATION: identity, SINCE_ANNOTATION: now},
+            }});
+            match api
+                .patch(stack, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(cluster = %uuid, %identity, "OpenStack resources of the cluster will be cleaned up before its network goes");
+                    return Ok(());
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(StepError::Busy {
+            cluster: uuid.to_string(),
+            why: "the OpenStackCluster kept changing while it was marked for clean-up".into(),
+        })
+    }
+
+    /// Remove our finalizer (already gone is fine).
+    async fn release_infra(&self, ns: &str, name: &str) -> Result<(), StepError> {
+        let api = self.osc_api(ns);
+        for _ in 0..5 {
+            let Some(osc) =
+                crate::mgmt::with_retries("read the OpenStackCluster", || api.get_opt(name))
+                    .await?
+            else {
+                return Ok(());
+            };
+            let finalizers = osc.metadata.finalizers.clone().unwrap_or_default();
+            let Some(i) = finalizers.iter().position(|f| f == CLEANUP_FINALIZER) else {
+                return Ok(());
+            };
+            let patch: json_patch::Patch = match serde_json::from_value(json!([
+                {"op": "test", "path": format!("/metadata/finalizers/{i}"), "value": CLEANUP_FINALIZER},
+                {"op": "remove", "path": format!("/metadata/finalizers/{i}")},
+            ])) {
+                Ok(p) => p,
+                Err(e) => {
+                    return Err(StepError::Busy {
+                        cluster: name.to_string(),
+                        why: format!("finalizer patch: {e}"),
+                    });
+                }
+            };
+            match api
+                .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 422 || s.code == 409 => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(StepError::Busy {
+            cluster: name.to_string(),
+            why: "the OpenStackCluster kept changing while its clean-up finalizer was removed"
+                .into(),
+        })
+    }
+
+    pub(in crate::lifecycle) fn waiting(&self, uuid: &str, waiting: bool) {
+        if let Ok(mut w) = self.0.cleanup_waiting.lock() {
+            if waiting {
+                w.insert(uuid.to_string());
+            } else {
+                w.remove(uuid);
+            }
+            self.0.metrics.cloud_cleanup_waiting.set(w.len() as i64);
+        }
+    }
+
+    /// One clean-up pass over a deleting cluster whose OpenStackCluster
+    /// ([`awaits_cleanup`]) waits for it. The caller holds the Lease.
+    pub(in crate::lifecycle) async fn cloud_cleanup(
+        &self,
+        cluster: &MagnumObject,
+    ) -> Result<Cleanup, StepError> {
+        let uuid = cluster.get_str("uuid").unwrap_or_default().to_string();
+        let Some(stack) = cluster.get_str("stack_id") else {
+            return Ok(Cleanup::Done);
+        };
+        let ns = self.namespace_of(cluster);
+        let api = self.osc_api(&ns);
+        let Some(osc) =
+            crate::mgmt::with_retries("read the OpenStackCluster", || api.get_opt(stack)).await?
+        else {
+            self.waiting(&uuid, false);
+            return Ok(Cleanup::Done);
+        };
+        if !self.0.capi.cloud_cleanup {
+            tracing::warn!(cluster = %uuid, "[capi] cloud_cleanup is off: the OpenStackCluster is released without cleaning up");
+            self.release_infra(&ns, stack).await?;
+            self.waiting(&uuid, false);
+            return Ok(Cleanup::Done);
+        }
+        let since = annotation(&osc, SINCE_ANNOTATION)
+            .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+            .map(|t| t.with_timezone(&chrono::Utc))
+            .or_else(|| {
+                osc.metadata
+                    .deletion_timestamp
+                    .as_ref()
+                    .and_then(|t| chrono::DateTime::from_timestamp(t.0.as_second(), 0))
+            })
+            .unwrap_or_else(chrono::Utc::now);
+        let timed_out =
+            (chrono::Utc::now() - since).num_seconds() >= self.0.capi.cloud_cleanup_timeout as i64;
+        let label = cluster
+            .get("labels")
+            .and_then(|l| l.get(VOLUMES_POLICY_LABEL))
+            .and_then(Value::as_str);
+        let volumes = VolumesPolicy::parse(label).unwrap_or_else(|e| {
+            tracing::warn!(cluster = %uuid, error = %e, "volumes are kept");
+            VolumesPolicy::Keep
+        });
+        // CAPO's own network (not a fixed network the user gave).
+        let own_network = if osc.data["spec"]["network"].is_null() {
+            osc.data["status"]["network"]["id"]
+                .as_str()
+                .map(str::to_string)
+        } else {
+            None
+        };
+        let scope = Scope {
+            identity: annotation(&osc, IDENTITY_ANNOTATION)
+                .unwrap_or(&uuid)
+                .to_string(),
+            own_network,
+            volumes,
+        };
+        let wait = |reason: String| {
+            self.waiting(&uuid, true);
+            Ok(Cleanup::Waiting { reason, timed_out })
+        };
+        let cred: Credential = match self
+            .0
+            .credentials
+            .cloud_credential(&self.0.client, &ns, stack)
+            .await?
+        {
+            Some(c) => c,
+            None => {
+                tracing::warn!(cluster = %uuid, "no credentials Secret: nothing can have been made in OpenStack with it; released");
+                self.release_infra(&ns, stack).await?;
+                self.waiting(&uuid, false);
+                return Ok(Cleanup::Done);
+            }
+        };
+        let session = match self.0.cloud.session(&cred).await {
+            Ok(s) => s,
+            Err(e) => {
+                let hint = if e.is_auth() {
+                    " (the credential was deleted, or its user removed from Keystone: see \
+                     'A delete that waits on OpenStack' in the operator guide)"
+                } else {
+                    ""
+                };
+                tracing::warn!(cluster = %uuid, error = %e, "cloud clean-up cannot authenticate");
+                return wait(format!(
+                    "cannot clean up the cluster's OpenStack resources: {e}{hint}"
+                ));
+            }
+        };
+        let inventory = match self.0.cloud.inventory(&session).await {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::warn!(cluster = %uuid, error = %e, "cloud clean-up cannot list");
+                return wait(format!(
+                    "cannot list the cluster's OpenStack resources: {e}"
+                ));
+            }
+        };
+        let plan = identity::plan(&scope, &inventory);
+        if plan.done() {
+            for k in &plan.keep {
+                tracing::info!(cluster = %uuid, identity = %scope.identity, kept = %k, "kept in OpenStack");
+            }
+            self.release_infra(&ns, stack).await?;
+            self.waiting(&uuid, false);
+            tracing::info!(cluster = %uuid, identity = %scope.identity, "nothing of the cluster's left in OpenStack; its network may go");
+            return Ok(Cleanup::Done);
+        }
+        let mut errors = Vec::new();
+        for item in &plan.delete {
+            match self.0.cloud.delete(&session, item).await {
+                Ok(()) => {
+                    self.0
+                        .metrics
+                        .cloud_deletions
+                        .with_label_values(&[item.kind.as_str(), "requested"])
+                        .inc();
+                    tracing::info!(cluster = %uuid, resource = %item, "deleting in OpenStack");
+                }
+                Err(e) => {
+                    self.0
+                        .metrics
+                        .cloud_deletions
+                        .with_label_values(&[item.kind.as_str(), "failed"])
+                        .inc();
+                    tracing::warn!(cluster = %uuid, resource = %item, error = %e, "OpenStack refused a deletion; retrying");
+                    errors.push((item.clone(), e.to_string()));
+                }
+            }
+        }
+        wait(identity::waiting_reason(&plan, &errors))
+    }
+
+    /// Look at this cluster again in `after` (a clean-up waiting on
+    /// OpenStack: no watch event says when it is done).
+    pub(in crate::lifecycle) fn kick_later(&self, cluster: &MagnumObject, after: Duration) {
+        let Some(stack) = cluster.get_str("stack_id") else {
+            return;
+        };
+        let kick = super::watch::Kick::Cluster(self.namespace_of(cluster), stack.to_string());
+        let kicks = self.0.kicks.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            kicks.send(kick);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn awaits_only_when_deleting_and_marked() {
+        let marked = json!({"metadata": {"finalizers": ["openstackcluster.infrastructure.cluster.x-k8s.io", CLEANUP_FINALIZER]}});
+        assert!(!awaits_cleanup(&marked));
+        let mut deleting = marked.clone();
+        deleting["metadata"]["deletionTimestamp"] = json!("2026-11-27T00:00:00Z");
+        assert!(awaits_cleanup(&deleting));
+        deleting["metadata"]["finalizers"] =
+            json!(["openstackcluster.infrastructure.cluster.x-k8s.io"]);
+        assert!(!awaits_cleanup(&deleting));
+    }
+}
