@@ -96,7 +96,7 @@ def test_no_import_cycle_in_the_workspace():
 # at lifecycle/ itself.
 LAYERS = {
     "pure core": ["rows", "plan", "sync", "cache"],
-    "core": ["engine", "runner", "error", "watch", "credentials", "keystone", "topology"],
+    "core": ["engine", "runner", "error", "watch", "credentials", "keystone", "topology", "cloud"],
     "coordination": ["coordination::lease", "coordination::elect"],
     "operations": ["operations::create", "operations::delete", "operations::scale", "operations::upgrade",
                    "operations::nodegroups", "operations::rotate"],
