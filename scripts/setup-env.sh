@@ -115,13 +115,29 @@ LINT_REQS="ansible-lint==25.1.3 ansible-core>=2.17,<2.18"
 TEMPEST_VENV="${TEMPEST_VENV:-$HOME/.cache/magnum-conductor-rs/venv-tempest-47.0.0}"
 TEMPEST_REQS="tempest==47.0.0 magnum-tempest-plugin==2.12.0"
 # Real OpenStack services for the cloud clean-up tests
-# (tests/python/openstack_services.py): Neutron's API server, of the
-# release Magnum 23.0.0 belongs to; apart from the Magnum venvs (their oslo
-# pins differ).
-OS_VENV="${OPENSTACK_VENV:-$HOME/.cache/magnum-conductor-rs/venv-neutron-29.0.0}"
-OS_REQS="neutron==29.0.0 PyMySQL==1.2.4 gunicorn==23.0.0"
+# (tests/python/openstack_services.py): Neutron's and Octavia's API servers,
+# of the release Magnum 23.0.0 belongs to, with the suite's Octavia provider
+# driver (tests/openstack/octavia-test-provider); apart from the Magnum
+# venvs (their oslo pins differ).
+OS_VENV="${OPENSTACK_VENV:-$HOME/.cache/magnum-conductor-rs/venv-openstack-neutron29-octavia19}"
+OS_REQS="neutron==29.0.0 octavia==19.0.0 PyMySQL==1.2.4 gunicorn==23.0.0"
 make_venv "$VENV" "$PY_REQS"
 make_venv "$OS_VENV" "$OS_REQS"
+# Cinder (API, scheduler, volume service with Cinder's own storage-free
+# test driver, which imports `fixtures`), in a venv of its own.
+CINDER_VENV="${CINDER_VENV:-$HOME/.cache/magnum-conductor-rs/venv-cinder-29.0.0}"
+CINDER_REQS="cinder==29.0.0 fixtures==4.3.2 PyMySQL==1.2.4"
+make_venv "$CINDER_VENV" "$CINDER_REQS"
+provider_src="$(cd "$(dirname "$0")/.." && pwd)/tests/openstack/octavia-test-provider"
+provider_sum="$(cd "$provider_src" && find . -name '*.py' -o -name '*.toml' | sort | xargs sha256sum | sha256sum | cut -c1-16)"
+if [ "$(cat "$OS_VENV/.provider" 2>/dev/null)" != "$provider_sum" ]; then
+  log "installing the suite's Octavia provider driver into $OS_VENV"
+  tmp="$(mktemp -d)"
+  cp -r "$provider_src/." "$tmp/"
+  "$OS_VENV/bin/pip" install -q --no-deps --force-reinstall "$tmp" >/dev/null
+  rm -rf "$tmp"
+  echo "$provider_sum" > "$OS_VENV/.provider"
+fi
 make_venv "$VENV22" "$PY22_REQS"
 make_venv "$KS_VENV" "$KS_REQS"
 make_venv "$API_VENV" "$API_REQS"
@@ -137,4 +153,4 @@ if [ ! -x /opt/stack/bin/kubectl ]; then
 fi
 install_driver "$API_VENV"
 install_driver "$API22_VENV"
-echo "export MAGNUM_VENV=$VENV MAGNUM22_VENV=$VENV22 KEYSTONE_VENV=$KS_VENV MAGNUM_API_VENV=$API_VENV MAGNUM22_API_VENV=$API22_VENV PROMETHEUS_DIR=$PROM_DIR ANSIBLE_VENV=$ANS_VENV ANSIBLE_LINT_VENV=$LINT_VENV TEMPEST_VENV=$TEMPEST_VENV OPENSTACK_VENV=$OS_VENV"
+echo "export MAGNUM_VENV=$VENV MAGNUM22_VENV=$VENV22 KEYSTONE_VENV=$KS_VENV MAGNUM_API_VENV=$API_VENV MAGNUM22_API_VENV=$API22_VENV PROMETHEUS_DIR=$PROM_DIR ANSIBLE_VENV=$ANS_VENV ANSIBLE_LINT_VENV=$LINT_VENV TEMPEST_VENV=$TEMPEST_VENV OPENSTACK_VENV=$OS_VENV CINDER_VENV=$CINDER_VENV"

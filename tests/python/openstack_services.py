@@ -1,14 +1,27 @@
-"""Real OpenStack services from PyPI for the tests (issue 29): Neutron's
-API server (ML2, no agents: ports stay DOWN, which the clean-up does not
-care about) under gunicorn, its schema made by its own `neutron-db-manage`
-in the suite's MariaDB, registered in a real Keystone's catalog as the
-`network` service. Installed by scripts/setup-env.sh (OPENSTACK_VENV).
+"""Real OpenStack services from PyPI for the tests (issue 29), installed by
+scripts/setup-env.sh (OPENSTACK_VENV), each with its schema made by its own
+`*-db-manage` in the suite's MariaDB, registered in a real Keystone's
+catalog by the tests:
 
-Neutron runs with `auth_strategy = noauth` for now: every request is
-admin-like and is scoped by the `project_id` it names (the conductor's
-clean-up names its token's project in every list). Keystone still
-authenticates the conductor's application credential and hands it the
-catalog that points here. Octavia and Cinder are not run yet."""
+- Neutron's API server (ML2, no agents: ports stay DOWN, which the
+  clean-up does not care about) under gunicorn: `network`;
+- Octavia's API server and driver agent with the suite's provider driver
+  (tests/openstack/octavia-test-provider: statuses through octavia-lib, as
+  a real provider reports them) and Octavia's no-op network driver (VIP
+  ports are made up, not made in Neutron): `load-balancer`.
+
+- Cinder's API server, scheduler and volume service (CINDER_VENV), the
+  volume service with Cinder's own storage-free driver
+  (`cinder.tests.fake_driver.FakeLoggingVolumeDriver`, shipped in the
+  wheel, the one Cinder's functional tests use), on its own RabbitMQ
+  vhost, with `auth_strategy = keystone` (keystonemiddleware against the
+  suite's Keystone, its service user `cinder`): `block-storage`.
+
+Neutron and Octavia run with `auth_strategy = noauth` for now: every
+request is admin-like and scoped by the `project_id` it names (the
+conductor's clean-up names its token's project in every list). Keystone
+still authenticates the conductor's application credential and hands it
+the catalog that points here."""
 import os
 import subprocess
 import time
@@ -16,9 +29,40 @@ import urllib.request
 
 from conftest import free_port
 
-VENV = os.environ.get("OPENSTACK_VENV", os.path.expanduser("~/.cache/magnum-conductor-rs/venv-neutron-29.0.0"))
+CINDER_VENV = os.environ.get("CINDER_VENV", os.path.expanduser("~/.cache/magnum-conductor-rs/venv-cinder-29.0.0"))
+VENV = os.environ.get("OPENSTACK_VENV",
+                      os.path.expanduser("~/.cache/magnum-conductor-rs/venv-openstack-neutron29-octavia19"))
 
 APP = "import sys\nsys.argv = ['neutron-api']\nfrom neutron.wsgi.api import application  # noqa: E402,F401\n"
+
+
+def fresh_database(name):
+    subprocess.run(["mariadb", "-uroot", "-e", f"drop database if exists {name}; create database {name}"],
+                   check=True, timeout=60)
+
+
+def wait_http(url, procs, logs, what):
+    deadline = time.time() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return
+        except OSError:
+            for p, log in zip(procs, logs):
+                assert p.poll() is None, f"{what} exited:\n" + open(log).read()[-3000:]
+            assert time.time() < deadline, f"{what} did not answer within 120 s"
+            time.sleep(0.5)
+
+
+def stop(procs):
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 class Neutron:
@@ -27,8 +71,7 @@ class Neutron:
         self.dir = str(d)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        subprocess.run(["mariadb", "-uroot", "-e", f"drop database if exists {db_name}; create database {db_name}"],
-                       check=True, timeout=60)
+        fresh_database(db_name)
         conf = os.path.join(self.dir, "neutron.conf")
         with open(conf, "w") as f:
             f.write(f"[DEFAULT]\ncore_plugin = ml2\nservice_plugins = router\nauth_strategy = noauth\n"
@@ -49,20 +92,96 @@ class Neutron:
              "--pid", os.path.join(self.dir, "gunicorn.pid"), "neutron_app:application"],
             stdout=open(os.path.join(self.dir, "gunicorn.out"), "w"), stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-        deadline = time.time() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{self.url}/v2.0/networks", timeout=5):
-                    return
-            except OSError:
-                assert self.proc.poll() is None, open(os.path.join(self.dir, "gunicorn.out")).read()[-3000:]
-                assert time.time() < deadline, "Neutron did not answer within 120 s"
-                time.sleep(0.5)
+        wait_http(f"{self.url}/v2.0/networks", [self.proc], [os.path.join(self.dir, "gunicorn.out")], "Neutron")
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        stop([self.proc])
+
+
+class Octavia:
+    def __init__(self, d, db_name):
+        """Start the API server and the driver agent in directory `d` with a
+        fresh database `db_name`. `stall(lb_id)` makes the provider hold that
+        load balancer's deletion until `release(lb_id)`."""
+        self.dir = str(d)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        fresh_database(db_name)
+        conf = os.path.join(self.dir, "octavia.conf")
+        with open(conf, "w") as f:
+            f.write(f"[DEFAULT]\nlog_file = {self.dir}/octavia.log\n"
+                    f"[api_settings]\nbind_host = 127.0.0.1\nbind_port = {self.port}\nauth_strategy = noauth\n"
+                    f"enabled_provider_drivers = test:The suite's provider\ndefault_provider_driver = test\n"
+                    f"[database]\nconnection = mysql+pymysql://root@127.0.0.1:3306/{db_name}\n"
+                    f"[driver_agent]\nstatus_socket_path = {self.dir}/status.sock\n"
+                    f"stats_socket_path = {self.dir}/stats.sock\nget_socket_path = {self.dir}/get.sock\n"
+                    f"enabled_provider_agents =\n"
+                    f"[controller_worker]\nnetwork_driver = network_noop_driver\n"
+                    f"compute_driver = compute_noop_driver\namphora_driver = amphora_noop_driver\n"
+                    f"[certificates]\ncert_manager = local_cert_manager\n"
+                    f"[oslo_concurrency]\nlock_path = {self.dir}\n")
+        out = subprocess.run([f"{VENV}/bin/octavia-db-manage", "--config-file", conf, "upgrade", "head"],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        os.makedirs(os.path.join(self.dir, "stall"), exist_ok=True)
+        env = dict(os.environ, PYTHONWARNINGS="ignore", OCTAVIA_TEST_PROVIDER_DIR=self.dir)
+        self.procs, logs = [], []
+        for binary in ("octavia-driver-agent", "octavia-api"):
+            log = os.path.join(self.dir, f"{binary}.out")
+            logs.append(log)
+            self.procs.append(subprocess.Popen([f"{VENV}/bin/{binary}", "--config-file", conf],
+                                               stdout=open(log, "w"), stderr=subprocess.STDOUT,
+                                               stdin=subprocess.DEVNULL, env=env, start_new_session=True))
+        wait_http(f"{self.url}/", self.procs, logs, "Octavia")
+
+    def stall(self, lb_id):
+        open(os.path.join(self.dir, "stall", lb_id), "w").close()
+
+    def release(self, lb_id):
+        os.remove(os.path.join(self.dir, "stall", lb_id))
+
+    def stop(self):
+        stop(self.procs)
+
+
+class Cinder:
+    def __init__(self, d, db_name, vhost, keystone_url, password):
+        """Start API, scheduler and volume service in directory `d` with a
+        fresh database `db_name` on RabbitMQ vhost `vhost`, authenticating
+        tokens with `keystone_url` as the user `cinder` (`password`), who
+        must have the admin role on the project `service`."""
+        self.dir = str(d)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v3"
+        fresh_database(db_name)
+        for sub in ("log", "state", "lock"):
+            os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
+        conf = os.path.join(self.dir, "cinder.conf")
+        with open(conf, "w") as f:
+            f.write(f"[DEFAULT]\nlog_dir = {self.dir}/log\nstate_path = {self.dir}/state\nauth_strategy = keystone\n"
+                    f"transport_url = rabbit://guest:guest@127.0.0.1:5672/{vhost}\n"
+                    f"api_paste_config = {CINDER_VENV}/etc/cinder/api-paste.ini\n"
+                    f"osapi_volume_listen = 127.0.0.1\nosapi_volume_listen_port = {self.port}\n"
+                    f"osapi_volume_workers = 1\nenabled_backends = fake\nhost = cinder-test-host\n"
+                    f"[fake]\nvolume_driver = cinder.tests.fake_driver.FakeLoggingVolumeDriver\n"
+                    f"volume_backend_name = fake\n"
+                    f"[database]\nconnection = mysql+pymysql://root@127.0.0.1:3306/{db_name}\n"
+                    f"[keystone_authtoken]\nwww_authenticate_uri = {keystone_url}\nauth_url = {keystone_url}\n"
+                    f"auth_type = password\nusername = cinder\npassword = {password}\nuser_domain_id = default\n"
+                    f"project_name = service\nproject_domain_id = default\n"
+                    f"[oslo_concurrency]\nlock_path = {self.dir}/lock\n")
+        out = subprocess.run([f"{CINDER_VENV}/bin/cinder-manage", "--config-file", conf, "db", "sync"],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        env = dict(os.environ, PYTHONWARNINGS="ignore")
+        self.procs, logs = [], []
+        for binary in ("cinder-volume", "cinder-scheduler", "cinder-api"):
+            log = os.path.join(self.dir, f"{binary}.out")
+            logs.append(log)
+            self.procs.append(subprocess.Popen([f"{CINDER_VENV}/bin/{binary}", "--config-file", conf],
+                                               stdout=open(log, "w"), stderr=subprocess.STDOUT,
+                                               stdin=subprocess.DEVNULL, env=env, start_new_session=True))
+        wait_http(f"http://127.0.0.1:{self.port}/", self.procs, logs, "Cinder")
+
+    def stop(self):
+        stop(self.procs)

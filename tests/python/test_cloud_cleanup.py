@@ -1,100 +1,174 @@
 """A delete leaves nothing of the cluster's in OpenStack, and nothing else
-is touched (issue 29), against a real Keystone (30.0.0) and a real Neutron
-API server (29.0.0, tests/python/openstack_services.py) in its catalog.
+is touched (issue 29), against a real Keystone (30.0.0) and the real
+Neutron (29.0.0), Octavia (19.0.0) and Cinder (29.0.0) in its catalog
+(tests/python/openstack_services.py), on both CAPI lines.
 
-The conductor creates the cluster's application credential (per-cluster,
+The conductor creates the cluster's application credential (per cluster,
 as in production); its addons carry the cluster's identity (its uuid) as
-OCCM's `cluster.name` and Cinder CSI's `clusterID`. What OCCM would make in
-Neutron for a Service of type LoadBalancer is made here with the texts of
-cloud-provider-openstack `pkg/openstack/loadbalancer.go`: the floating IP
-described `Floating IP for Kubernetes external service <ns>/<svc> from
-cluster <name>` (`createFloatingIP`... `ensureFloatingIP`), the security
-group `Security Group for <ns>/<svc> Service LoadBalancer in cluster <name>`
+OCCM's `cluster.name` and Cinder CSI's `clusterID`. What OCCM makes in the
+cloud for a Service of type LoadBalancer is made here through the real
+APIs with OCCM's names and texts (cloud-provider-openstack
+`pkg/openstack/loadbalancer.go`): the load balancer
+`kube_service_<cluster>_<ns>_<svc>` described `Kubernetes external service
+<ns>/<svc> from cluster <cluster>` (`GetLoadBalancerName`,
+`createOctaviaLoadBalancer`), its floating IP `Floating IP for Kubernetes
+external service <ns>/<svc> from cluster <cluster>`, its security group
+`Security Group for <ns>/<svc> Service LoadBalancer in cluster <cluster>`
 (`ensureSecurityGroup`). Beside them: another cluster's, one whose identity
-extends ours, and the project's own. Neutron's own 409 (`SecurityGroupInUse`)
-blocks one deletion: the reason names it, the delete fails at its timeout,
-and a new delete finishes once it is unblocked.
+extends ours, a pre-identity cluster's (`kubernetes`) and the project's own.
+What Cinder CSI makes for a PersistentVolumeClaim is made through Cinder's
+API as alice, with the metadata `cinder.csi.openstack.org/cluster=<id>`
+(cloud-provider-openstack `pkg/csi/cinder/controllerserver.go`,
+`CreateVolume` and `CreateSnapshot`: the `cinderCSIClusterIDKey` property).
 
-Not yet here: Octavia load balancers and Cinder volumes (their services are
-not run by the suite yet; the plan's rules for them are unit-tested in
-conductor/src/cloud/identity.rs), and simulated OCCM/CSI in capi-sim."""
+Not yet here: OCCM and CSI played by capi-sim inside workload clusters,
+and CAPO's own network in Neutron (capi-sim's CAPO still makes up its ids)."""
 import json
 import os
 import subprocess
+import time
 import uuid as uuidlib
 
 import pytest
 
-from openstack_services import Neutron
+from conftest import new_vhost
+from openstack_services import Cinder, Neutron, Octavia
 from test_lifecycle import Env
 from test_lifecycle_keystone import KEYSTONE, call, password_token, start_keystone
+from test_lifecycle_restart import died
 
 ADMIN_PROJECT = "a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0"
+CSI_KEY = "cinder.csi.openstack.org/cluster"
+FINALIZER = "magnum.openstack.org/cloud-cleanup"
 
 
 @pytest.fixture(scope="module")
 def cloud(tmp_path_factory):
     d = tmp_path_factory.mktemp("keystone")
     url, admin_pw, admin = start_keystone(d)
+    # Cinder's service user, as a deployment makes it.
+    _, _, svcp = call("POST", f"{url}/projects", admin, {"project": {"name": "service", "domain_id": "default"}})
+    _, _, cu = call("POST", f"{url}/users", admin, {"user": {"name": "cinder", "domain_id": "default",
+                                                           "password": "cinder-pw"}})
+    _, _, admin_role = call("GET", f"{url}/roles?name=admin", admin)
+    status, _, _ = call("PUT", f"{url}/projects/{svcp['project']['id']}/users/{cu['user']['id']}/roles/"
+                               f"{admin_role['roles'][0]['id']}", admin)
+    assert status == 204
     neutron = Neutron(tmp_path_factory.mktemp("neutron"), f"neutron_cleanup_{os.getpid()}")
-    status, _, svc = call("POST", f"{url}/services", admin, {"service": {"type": "network", "name": "neutron"}})
-    assert status == 201
-    for iface in ("public", "internal"):
-        status, _, _ = call("POST", f"{url}/endpoints", admin, {"endpoint": {
-            "service_id": svc["service"]["id"], "interface": iface, "url": neutron.url, "region_id": "RegionOne"}})
+    octavia = Octavia(tmp_path_factory.mktemp("octavia"), f"octavia_cleanup_{os.getpid()}")
+    cinder = Cinder(tmp_path_factory.mktemp("cinder"), f"cinder_cleanup_{os.getpid()}", new_vhost("cinder"),
+                    url, "cinder-pw")
+    for kind, name, where in (("network", "neutron", neutron.url), ("load-balancer", "octavia", octavia.url),
+                              ("block-storage", "cinderv3", cinder.url + "/$(project_id)s")):
+        status, _, svc = call("POST", f"{url}/services", admin, {"service": {"type": kind, "name": name}})
         assert status == 201
+        for iface in ("public", "internal"):
+            status, _, _ = call("POST", f"{url}/endpoints", admin, {"endpoint": {
+                "service_id": svc["service"]["id"], "interface": iface, "url": where, "region_id": "RegionOne"}})
+            assert status == 201
     _, _, p = call("POST", f"{url}/projects", admin, {"project": {"name": "tenant", "domain_id": "default"}})
     _, _, u = call("POST", f"{url}/users", admin, {"user": {"name": "alice", "domain_id": "default",
                                                           "password": "alice-pw", "default_project_id": p["project"]["id"]}})
     _, _, roles = call("GET", f"{url}/roles?name=member", admin)
     status, _, _ = call("PUT", f"{url}/projects/{p['project']['id']}/users/{u['user']['id']}/roles/{roles['roles'][0]['id']}", admin)
     assert status == 204
-    c = dict(url=url, admin_pw=admin_pw, project=p["project"]["id"], user=u["user"]["id"], neutron=neutron.url)
-    # The cloud's external network, as an operator makes it.
-    c["public"] = net(c, "POST", "/v2.0/networks", {"network": {
+    c = dict(url=url, admin_pw=admin_pw, project=p["project"]["id"], user=u["user"]["id"],
+             neutron=neutron.url, octavia=octavia.url, lbaas=octavia,
+             cinder=f"{cinder.url}/{p['project']['id']}")
+    c["token"], _ = password_token(url, "alice", "alice-pw", project_id=c["project"])
+    # The cloud's external network, as an operator makes it; a tenant
+    # network for load balancer VIPs.
+    c["public"] = api(c, "neutron", "POST", "/v2.0/networks", {"network": {
         "name": "public", "router:external": True, "provider:network_type": "flat",
         "provider:physical_network": "public", "project_id": ADMIN_PROJECT}})["network"]["id"]
-    net(c, "POST", "/v2.0/subnets", {"subnet": {"network_id": c["public"], "cidr": "172.24.4.0/24",
-                                                "ip_version": 4, "project_id": ADMIN_PROJECT}})
+    api(c, "neutron", "POST", "/v2.0/subnets", {"subnet": {"network_id": c["public"], "cidr": "172.24.4.0/24",
+                                                           "ip_version": 4, "project_id": ADMIN_PROJECT}})
+    c["tenant"] = api(c, "neutron", "POST", "/v2.0/networks", {"network": {
+        "name": "tenant", "project_id": c["project"]}})["network"]["id"]
+    api(c, "neutron", "POST", "/v2.0/subnets", {"subnet": {"network_id": c["tenant"], "cidr": "10.9.0.0/24",
+                                                           "ip_version": 4, "project_id": c["project"]}})
     yield c
+    cinder.stop()
+    octavia.stop()
     neutron.stop()
     subprocess.run([KEYSTONE, "stop", str(d)], timeout=30)
 
 
-def net(c, method, path, body=None, ok=(200, 201, 204)):
-    """A Neutron request (noauth: scoped by the project_id it names)."""
-    status, _, b = call(method, c["neutron"] + path, None, body)
-    assert status in ok, (method, path, status, b)
+def api(c, service, method, path, body=None, ok=(200, 201, 202, 204)):
+    """A Neutron or Octavia request (noauth: scoped by the project_id it
+    names), or a Cinder one with alice's token."""
+    status, _, b = call(method, c[service] + path, c["token"] if service == "cinder" else None, body)
+    assert status in ok, (service, method, path, status, b)
     return b
 
 
-@pytest.fixture(scope="module")
-def env(cloud, tmp_path_factory):
+@pytest.fixture(scope="module", params=["v1beta1", "v1beta2"])
+def env(cloud, tmp_path_factory, request):
     token, body = password_token(cloud["url"], "alice", "alice-pw", project_id=cloud["project"])
     conf = (f"cloud_cleanup_timeout = 20\n\n[keystone_auth]\nauth_url = {cloud['url']}\nusername = admin\n"
             f"password = {cloud['admin_pw']}\nuser_domain_name = Default\nsystem_scope = all\n")
-    e = Env(tmp_path_factory.mktemp("cleanup"), "v1beta1", credentials="", extra=conf, cloud_cleanup=True,
+    e = Env(tmp_path_factory.mktemp("cleanup"), request.param, credentials="", extra=conf, cloud_cleanup=True,
             client_env=dict(MC_USER=cloud["user"], MC_TOKEN=token, MC_TOKEN_INFO=json.dumps(body)))
     yield e
     e.close()
 
 
 def occm_resources(c, identity, service="default/web"):
-    """A floating IP and a security group as OCCM makes them for `service`
-    in a cluster whose `--cluster-name` is `identity`."""
-    fip = net(c, "POST", "/v2.0/floatingips", {"floatingip": {
+    """What OCCM makes for `service` in a cluster whose `--cluster-name` is
+    `identity`: (load balancer, floating IP, security group) ids."""
+    ns, name = service.split("/")
+    lb = api(c, "octavia", "POST", "/v2/lbaas/loadbalancers", {"loadbalancer": {
+        "name": f"kube_service_{identity}_{ns}_{name}", "vip_network_id": c["tenant"], "project_id": c["project"],
+        "description": f"Kubernetes external service {service} from cluster {identity}"}})["loadbalancer"]
+    fip = api(c, "neutron", "POST", "/v2.0/floatingips", {"floatingip": {
         "floating_network_id": c["public"], "project_id": c["project"],
         "description": f"Floating IP for Kubernetes external service {service} from cluster {identity}"}})
-    sg = net(c, "POST", "/v2.0/security-groups", {"security_group": {
-        "name": f"lb-sg-{uuidlib.uuid4()}-{service.replace('/', '-')}", "project_id": c["project"],
+    sg = api(c, "neutron", "POST", "/v2.0/security-groups", {"security_group": {
+        "name": f"lb-sg-{uuidlib.uuid4()}-{ns}-{name}", "project_id": c["project"],
         "description": f"Security Group for {service} Service LoadBalancer in cluster {identity}"}})
-    return fip["floatingip"]["id"], sg["security_group"]["id"]
+    return lb["id"], fip["floatingip"]["id"], sg["security_group"]["id"]
+
+
+def volume(c, name, identity, keep=False):
+    """A volume as Cinder CSI makes it for a claim in cluster `identity`
+    (`None`: the project's own), once `available`."""
+    meta = {CSI_KEY: identity} if identity else {}
+    if keep:
+        meta["magnum.openstack.org/keep"] = "true"
+    v = api(c, "cinder", "POST", "/volumes", {"volume": {"size": 1, "name": name, "metadata": meta}})["volume"]["id"]
+    wait_status(c, f"/volumes/{v}", "volume", "available")
+    return v
+
+
+def snapshot(c, vol, identity):
+    s = api(c, "cinder", "POST", "/snapshots", {"snapshot": {"volume_id": vol, "name": f"snap-{vol[:8]}",
+                                                             "metadata": {CSI_KEY: identity}}})["snapshot"]["id"]
+    wait_status(c, f"/snapshots/{s}", "snapshot", "available")
+    return s
+
+
+def wait_status(c, path, key, want, timeout=60):
+    deadline = time.time() + timeout
+    while (got := api(c, "cinder", "GET", path)[key]["status"]) != want:
+        assert got not in ("error",) and time.time() < deadline, (path, got)
+        time.sleep(0.2)
+
+
+def storage(c):
+    """The project's volumes and snapshots, as id sets."""
+    vols = api(c, "cinder", "GET", "/volumes/detail")["volumes"]
+    snaps = api(c, "cinder", "GET", "/snapshots/detail")["snapshots"]
+    return {v["id"] for v in vols if v["status"] != "deleting"}, {s["id"] for s in snaps if s["status"] != "deleting"}
 
 
 def project_resources(c):
-    fips = net(c, "GET", f"/v2.0/floatingips?project_id={c['project']}")["floatingips"]
-    sgs = net(c, "GET", f"/v2.0/security-groups?project_id={c['project']}")["security_groups"]
-    return {f["id"] for f in fips}, {s["id"] for s in sgs if s["name"] != "default"}
+    """What the project has: (load balancers not DELETED, floating IPs,
+    security groups but the default one), as id sets."""
+    lbs = api(c, "octavia", "GET", f"/v2/lbaas/loadbalancers?project_id={c['project']}")["loadbalancers"]
+    fips = api(c, "neutron", "GET", f"/v2.0/floatingips?project_id={c['project']}")["floatingips"]
+    sgs = api(c, "neutron", "GET", f"/v2.0/security-groups?project_id={c['project']}")["security_groups"]
+    return ({lb["id"] for lb in lbs if lb["provisioning_status"] != "DELETED"}, {f["id"] for f in fips},
+            {s["id"] for s in sgs if s["name"] != "default"})
 
 
 def created(env, c):
@@ -103,6 +177,51 @@ def created(env, c):
     got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] != "CREATE_IN_PROGRESS")
     assert got["cluster"]["status"] == "CREATE_COMPLETE", seen
     return uuid, got["cluster"]["stack_id"]
+
+
+def osc_path(c, stack_id):
+    return f"/apis/infrastructure.cluster.x-k8s.io/v1beta1/namespaces/magnum-{c['project']}/openstackclusters/{stack_id}"
+
+
+def others(c, uuid):
+    """Resources the clean-up of cluster `uuid` must leave: another
+    cluster's, an identity extending this one's, a pre-identity cluster's,
+    and the project's own load balancer, floating IP and security group."""
+    kept = [occm_resources(c, str(uuidlib.uuid4())), occm_resources(c, uuid + "-2"),
+            occm_resources(c, "kubernetes")]
+    own = (api(c, "octavia", "POST", "/v2/lbaas/loadbalancers", {"loadbalancer": {
+               "name": "web", "vip_network_id": c["tenant"], "project_id": c["project"],
+               "description": "my web site"}})["loadbalancer"]["id"],
+           api(c, "neutron", "POST", "/v2.0/floatingips", {"floatingip": {
+               "floating_network_id": c["public"], "project_id": c["project"],
+               "description": "my web site"}})["floatingip"]["id"],
+           api(c, "neutron", "POST", "/v2.0/security-groups", {"security_group": {
+               "name": "ssh", "project_id": c["project"],
+               "description": "ssh from the office"}})["security_group"]["id"])
+    return kept + [own]
+
+
+def as_sets(triples):
+    return tuple({t[i] for t in triples} for i in range(3))
+
+
+def cleanup_all(c):
+    """Remove what a test left in the project (the next test starts empty)."""
+    vols, snaps = storage(c)
+    for s in snaps:
+        api(c, "cinder", "DELETE", f"/snapshots/{s}", ok=(202, 404))
+    deadline = time.time() + 60
+    while storage(c)[1] and time.time() < deadline:
+        time.sleep(0.2)
+    for v in vols:
+        api(c, "cinder", "DELETE", f"/volumes/{v}", ok=(202, 404))
+    lbs, fips, sgs = project_resources(c)
+    for lb in lbs:
+        api(c, "octavia", "DELETE", f"/v2/lbaas/loadbalancers/{lb}?cascade=true", ok=(204, 404))
+    for f in fips:
+        api(c, "neutron", "DELETE", f"/v2.0/floatingips/{f}", ok=(204, 404))
+    for s in sgs:
+        api(c, "neutron", "DELETE", f"/v2.0/security-groups/{s}", ok=(204, 404))
 
 
 def test_delete_removes_only_this_clusters_resources(env, cloud):
@@ -116,64 +235,108 @@ def test_delete_removes_only_this_clusters_resources(env, cloud):
     assert f'clusterID: "{uuid}"\n' in csi["spec"]["valuesTemplate"]
 
     ours = [occm_resources(c, uuid), occm_resources(c, uuid, "shop/api")]
-    other_cluster = occm_resources(c, str(uuidlib.uuid4()))
-    longer = occm_resources(c, uuid + "-2")  # an identity that extends ours
-    legacy = occm_resources(c, "kubernetes")  # a pre-identity cluster's
-    own_fip = net(c, "POST", "/v2.0/floatingips", {"floatingip": {
-        "floating_network_id": c["public"], "project_id": c["project"], "description": "my web site"}})["floatingip"]["id"]
-    own_sg = net(c, "POST", "/v2.0/security-groups", {"security_group": {
-        "name": "ssh", "project_id": c["project"], "description": "ssh from the office"}})["security_group"]["id"]
-    before = env.conductor.metric("magnum_conductor_cloud_deletions_total", kind="floating_ip", outcome="requested")
+    kept = others(c, uuid)
+    # Three claims' volumes and a snapshot of one (it must go first: Cinder
+    # refuses a volume with snapshots); one marked to keep; another
+    # cluster's; the project's own.
+    our_vols = [volume(c, f"pvc-{i}", uuid) for i in range(3)]
+    snapshot(c, our_vols[0], uuid)
+    kept_vols = {volume(c, "pvc-keep", uuid, keep=True), volume(c, "pvc-other", str(uuidlib.uuid4())),
+                 volume(c, "pvc-longer", uuid + "-2"), volume(c, "data", None)}
+    before = {k: env.conductor.metric("magnum_conductor_cloud_deletions_total", kind=k, outcome="requested")
+              for k in ("load_balancer", "floating_ip", "security_group")}
 
     env.client("delete", uuid, project=c["project"])
     got, seen = env.wait(uuid, lambda g: g["cluster"] is None, timeout=180)
 
-    fips, sgs = project_resources(c)
-    kept = [other_cluster, longer, legacy]
-    assert fips == {f for f, _ in kept} | {own_fip}, seen
-    assert sgs == {s for _, s in kept} | {own_sg}, seen
-    assert env.conductor.metric("magnum_conductor_cloud_deletions_total", kind="floating_ip",
-                                outcome="requested") - before == 2
-    assert env.conductor.metric("magnum_conductor_cloud_deletions_total", kind="security_group",
-                                outcome="requested") >= 2
-    # The OpenStackCluster (our finalizer released) and the CAPI Cluster are gone.
-    assert env.sim.get(f"/apis/infrastructure.cluster.x-k8s.io/v1beta1/namespaces/{ns}/openstackclusters/{stack_id}") is None
+    assert project_resources(c) == as_sets(kept), seen
+    assert storage(c) == (kept_vols, set()), seen
+    for k in before:
+        assert env.conductor.metric("magnum_conductor_cloud_deletions_total", kind=k,
+                                    outcome="requested") - before[k] == len(ours), k
+    # Our finalizer released: the OpenStackCluster and the Cluster are gone.
+    assert env.sim.get(osc_path(c, stack_id)) is None
+    cleanup_all(c)
 
 
-def test_a_refused_deletion_is_named_then_fails_at_the_timeout_and_a_new_delete_finishes(env, cloud):
+def test_what_blocks_is_named_then_delete_failed_then_a_new_delete_finishes(env, cloud):
     c = cloud
     uuid, stack_id = created(env, c)
-    fip, sg = occm_resources(c, uuid)
-    # A port still using the security group: Neutron refuses its deletion
-    # (409 SecurityGroupInUse) until the port goes.
-    tenant = net(c, "POST", "/v2.0/networks", {"network": {"name": "t", "project_id": c["project"]}})["network"]["id"]
-    net(c, "POST", "/v2.0/subnets", {"subnet": {"network_id": tenant, "cidr": "10.9.0.0/24", "ip_version": 4,
-                                                "project_id": c["project"]}})
-    port = net(c, "POST", "/v2.0/ports", {"port": {"network_id": tenant, "project_id": c["project"],
-                                                   "security_groups": [sg]}})["port"]["id"]
+    lb, fip, sg = occm_resources(c, uuid)
+    kept = others(c, uuid)
+    # The provider never finishes deleting this load balancer, and a port
+    # still uses the security group (Neutron's 409 SecurityGroupInUse).
+    c["lbaas"].stall(lb)
+    port = api(c, "neutron", "POST", "/v2.0/ports", {"port": {"network_id": c["tenant"], "project_id": c["project"],
+                                                              "security_groups": [sg]}})["port"]["id"]
 
     env.client("delete", uuid, project=c["project"])
-    got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] == "DELETE_IN_PROGRESS"
-                         and "security group" in (g["cluster"]["status_reason"] or "")
-                         and "409" in (g["cluster"]["status_reason"] or ""), timeout=120)
+
+    def blocked(g):
+        r = g["cluster"]["status_reason"] or ""
+        return (g["cluster"]["status"] == "DELETE_IN_PROGRESS" and f"kube_service_{uuid}_default_web" in r
+                and "PENDING_DELETE" in r and sg in r and "409" in r)
+    got, seen = env.wait(uuid, blocked, timeout=120)
     reason = got["cluster"]["status_reason"]
-    assert sg in reason and "waiting for OpenStack to delete what the cluster made" in reason, reason
+    assert reason.startswith("waiting for OpenStack to delete what the cluster made"), reason
+    assert "in use" in reason, reason  # Neutron's own words
     assert env.conductor.metric("magnum_conductor_cloud_cleanup_waiting") == 1
-    # The floating IP went meanwhile; the security group is refused.
-    fips, sgs = project_resources(c)
-    assert fip not in fips and sg in sgs
+    lbs, fips, sgs = project_resources(c)
+    assert fip not in fips and lb in lbs and sg in sgs
 
     got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] != "DELETE_IN_PROGRESS", timeout=120)
     assert got["cluster"]["status"] == "DELETE_FAILED", seen
-    assert sg in got["cluster"]["status_reason"], got["cluster"]["status_reason"]
+    assert lb in got["cluster"]["status_reason"] and sg in got["cluster"]["status_reason"], seen
     # The network stays held: the OpenStackCluster keeps our finalizer.
-    ns = f"magnum-{c['project']}"
-    osc = env.sim.get(f"/apis/infrastructure.cluster.x-k8s.io/v1beta1/namespaces/{ns}/openstackclusters/{stack_id}")
-    assert "magnum.openstack.org/cloud-cleanup" in osc["metadata"]["finalizers"]
+    assert FINALIZER in env.sim.get(osc_path(c, stack_id))["metadata"]["finalizers"]
 
-    net(c, "DELETE", f"/v2.0/ports/{port}")
+    # The operator unblocks it and deletes again.
+    c["lbaas"].release(lb)
+    api(c, "neutron", "DELETE", f"/v2.0/ports/{port}")
     env.client("delete", uuid, project=c["project"])
     got, seen = env.wait(uuid, lambda g: g["cluster"] is None, timeout=180)
-    fips, sgs = project_resources(c)
-    assert sg not in sgs, seen
-    net(c, "DELETE", f"/v2.0/networks/{tenant}")
+    assert project_resources(c) == as_sets(kept), seen
+    assert env.conductor.metric("magnum_conductor_cloud_cleanup_waiting") == 0
+    cleanup_all(c)
+
+
+def test_kill_9_during_the_cleanup_then_restart_finishes(env, cloud):
+    c = cloud
+    env.restart()
+    uuid, stack_id = created(env, c)
+    ours = [occm_resources(c, uuid), occm_resources(c, uuid, "shop/api")]
+    kept = others(c, uuid)
+    # Frozen right after its first deletion requests, then kill -9.
+    env.restart("cleanup.after_delete_requests")
+    env.client("delete", uuid, project=c["project"])
+    died(env)
+    lbs, fips, sgs = project_resources(c)
+    assert not any(f in fips for _, f, _ in ours), "the requests were sent before the kill"
+    env.restart()
+    got, seen = env.wait(uuid, lambda g: g["cluster"] is None, timeout=180)
+    assert project_resources(c) == as_sets(kept), seen
+    assert env.sim.get(osc_path(c, stack_id)) is None
+    cleanup_all(c)
+
+
+def test_keep_policy_keeps_volumes_findable_by_the_identity(env, cloud):
+    c = cloud
+    labels = {"kube_tag": "v1.30.4", "auto_healing_enabled": "true", "volumes_policy": "keep"}
+    uuid = env.client("create", env.template, json.dumps({"master_count": 1, "node_count": 1,
+                                                          "cluster": {"labels": labels}}),
+                      project=c["project"])["uuid"]
+    got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] != "CREATE_IN_PROGRESS")
+    assert got["cluster"]["status"] == "CREATE_COMPLETE", seen
+    lb, fip, sg = occm_resources(c, uuid)
+    vols = {volume(c, f"pvc-{i}", uuid) for i in range(2)}
+    snap = snapshot(c, sorted(vols)[0], uuid)
+    env.client("delete", uuid, project=c["project"])
+    got, seen = env.wait(uuid, lambda g: g["cluster"] is None, timeout=180)
+    # The load balancer and its floating IP and group went; the data stayed,
+    # and the operator finds it by the documented metadata.
+    assert project_resources(c) == (set(), set(), set()), seen
+    assert storage(c) == (vols, {snap})
+    found = {v["id"] for v in api(c, "cinder", "GET", "/volumes/detail")["volumes"]
+             if v["metadata"].get(CSI_KEY) == uuid}
+    assert found == vols
+    cleanup_all(c)

@@ -375,6 +375,7 @@ impl Engine {
                 }
             }
         }
+        crate::failpoint::hit("cleanup.after_delete_requests").await;
         wait(identity::waiting_reason(&plan, &errors))
     }
 
