@@ -340,3 +340,41 @@ def test_keep_policy_keeps_volumes_findable_by_the_identity(env, cloud):
              if v["metadata"].get(CSI_KEY) == uuid}
     assert found == vols
     cleanup_all(c)
+
+
+def test_a_cluster_made_before_identities_keeps_kubernetes(env, cloud):
+    """A cluster whose addons were rendered without an identity (by an
+    earlier conductor) runs with the charts' default, `kubernetes`: a
+    rotation keeps it (OCCM would otherwise look its load balancers up
+    under a new name and make them anew), and its delete takes only the
+    `kubernetes` load balancers on its own network."""
+    c = cloud
+    uuid, stack_id = created(env, c)
+    ns = f"magnum-{c['project']}"
+    base = f"/apis/addons.cluster.x-k8s.io/v1alpha1/namespaces/{ns}/helmchartproxies/{stack_id}"
+    for addon, line in (("openstack-ccm", f'cluster:\n  name: "{uuid}"\n'), ("cinder-csi", f'clusterID: "{uuid}"\n')):
+        values = env.sim.get(f"{base}-{addon}")["spec"]["valuesTemplate"]
+        assert line in values
+        env.sim.kube.request("PATCH", f"{base}-{addon}", {"spec": {"valuesTemplate": values.replace(line, "")}},
+                             content_type="application/merge-patch+json")
+    out = env.client("call", "credential_rotate", uuid, project=c["project"])
+    assert out == {"ok": True}, out
+    assert 'cluster:\n  name: "kubernetes"\n' in env.sim.get(f"{base}-openstack-ccm")["spec"]["valuesTemplate"]
+    assert 'clusterID: "kubernetes"\n' in env.sim.get(f"{base}-cinder-csi")["spec"]["valuesTemplate"]
+
+    own_net = env.sim.get(osc_path(c, stack_id))["status"]["network"]["id"]
+    mine = api(c, "octavia", "POST", "/v2/lbaas/loadbalancers", {"loadbalancer": {
+        "name": "kube_service_kubernetes_default_web", "vip_network_id": own_net, "project_id": c["project"],
+        "description": "Kubernetes external service default/web from cluster kubernetes"}})["loadbalancer"]["id"]
+    theirs = api(c, "octavia", "POST", "/v2/lbaas/loadbalancers", {"loadbalancer": {
+        "name": "kube_service_kubernetes_default_web", "vip_network_id": c["tenant"], "project_id": c["project"],
+        "description": "Kubernetes external service default/web from cluster kubernetes"}})["loadbalancer"]["id"]
+    legacy_volume = volume(c, "pvc-legacy", "kubernetes")
+
+    env.client("delete", uuid, project=c["project"])
+    got, seen = env.wait(uuid, lambda g: g["cluster"] is None, timeout=180)
+    lbs, _, _ = project_resources(c)
+    assert mine not in lbs and theirs in lbs, seen
+    # Its volumes cannot be told from another legacy cluster's: kept.
+    assert legacy_volume in storage(c)[0]
+    cleanup_all(c)
