@@ -355,8 +355,14 @@ def test_a_cluster_made_before_identities_keeps_kubernetes(env, cloud):
     for addon, line in (("openstack-ccm", f'cluster:\n  name: "{uuid}"\n'), ("cinder-csi", f'clusterID: "{uuid}"\n')):
         values = env.sim.get(f"{base}-{addon}")["spec"]["valuesTemplate"]
         assert line in values
-        env.sim.kube.request("PATCH", f"{base}-{addon}", {"spec": {"valuesTemplate": values.replace(line, "")}},
-                             content_type="application/merge-patch+json")
+        # Applied as the conductor applies (server-side apply, its field
+        # manager), as an earlier conductor would have.
+        hcp = env.sim.get(f"{base}-{addon}")
+        env.sim.kube.request("PATCH", f"{base}-{addon}?fieldManager=magnum-conductor&force=true", {
+            "apiVersion": hcp["apiVersion"], "kind": hcp["kind"],
+            "metadata": {"name": hcp["metadata"]["name"], "namespace": ns},
+            "spec": {**{k: v for k, v in hcp["spec"].items()}, "valuesTemplate": values.replace(line, "")}},
+            content_type="application/apply-patch+yaml")
     out = env.client("call", "credential_rotate", uuid, project=c["project"])
     assert out == {"ok": True}, out
     assert 'cluster:\n  name: "kubernetes"\n' in env.sim.get(f"{base}-openstack-ccm")["spec"]["valuesTemplate"]

@@ -60,12 +60,14 @@ pub fn reconcile(c: &mut Ctx<'_>, cur: Value) {
                 }
             }
         };
-        let id = short_hash(&json!(meta(&cur, "uid")));
+        // Made-up ids, shaped as Neutron's and Octavia's (UUIDs).
+        let uid = meta(&cur, "uid").unwrap_or_default();
+        let id = |what: &str| made_up_uuid(&format!("{uid}/{what}"));
         next["status"] = json!({
             "ready": true,
-            "network": {"id": format!("net-{id}"), "name": format!("k8s-clusterapi-cluster-{n}")},
-            "router": {"id": format!("router-{id}"), "name": format!("k8s-clusterapi-cluster-{n}")},
-            "apiServerLoadBalancer": {"id": format!("lb-{id}"), "name": format!("k8s-clusterapi-cluster-{n}-kubeapi"),
+            "network": {"id": id("network"), "name": format!("k8s-clusterapi-cluster-{n}")},
+            "router": {"id": id("router"), "name": format!("k8s-clusterapi-cluster-{n}")},
+            "apiServerLoadBalancer": {"id": id("loadbalancer"), "name": format!("k8s-clusterapi-cluster-{n}-kubeapi"),
                                       "ip": host, "internalIP": "10.6.0.10"},
         });
         if next.pointer("/spec/controlPlaneEndpoint/host").is_none() {
@@ -73,6 +75,23 @@ pub fn reconcile(c: &mut Ctx<'_>, cur: Value) {
         }
     }
     c.write(Kind::OpenStackCluster, &cur, next);
+}
+
+/// A UUID (version 4 shape) that follows from `seed`.
+fn made_up_uuid(seed: &str) -> String {
+    let h: String = (0..4)
+        .map(|i| short_hash(&json!(format!("{seed}#{i}"))))
+        .collect::<String>();
+    let h = h.as_bytes();
+    let s = |r: std::ops::Range<usize>| String::from_utf8_lossy(&h[r]).to_string();
+    format!(
+        "{}-{}-4{}-8{}-{}",
+        s(0..8),
+        s(8..12),
+        s(12..15),
+        s(15..18),
+        s(18..30)
+    )
 }
 
 /// The Cluster it belongs to (CAPI's label, else its owner).
