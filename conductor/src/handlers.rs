@@ -212,7 +212,34 @@ impl Handlers for ConductorHandlers {
         }
     }
 
-    async fn handle(&self, mut req: HandlerRequest) -> Outcome {
+    async fn handle(&self, req: HandlerRequest) -> Outcome {
+        // The reply carries objects at the versions the caller sent (the
+        // indirection methods choose theirs from `object_versions`).
+        let versions = match req.request {
+            ConductorRequest::ObjectClassActionVersions { .. }
+            | ConductorRequest::ObjectAction { .. }
+            | ConductorRequest::ObjectBackportVersions { .. }
+            | ConductorRequest::ObjectBackport { .. } => None,
+            ref other => Some(other.caller_versions()),
+        };
+        let method = req.request.method();
+        let outcome = self.dispatch(req).await;
+        match (outcome, versions) {
+            (Outcome::Result(v), Some(versions)) => match rpc_schema::ovo::for_caller(v, &versions)
+            {
+                Ok(v) => Outcome::Result(v),
+                Err(e) => {
+                    tracing::warn!(method, error = %e, "the reply cannot be given at the caller's object version");
+                    Outcome::Failure(e.to_failure())
+                }
+            },
+            (other, _) => other,
+        }
+    }
+}
+
+impl ConductorHandlers {
+    async fn dispatch(&self, mut req: HandlerRequest) -> Outcome {
         // Another driver's cluster is refused before anything is done.
         if let (Some(l), Some((uuid, object, new_template))) =
             (&self.lifecycle, lifecycle_target(&req.request))

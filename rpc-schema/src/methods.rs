@@ -265,6 +265,51 @@ pub enum ConductorRequest {
 }
 
 impl ConductorRequest {
+    /// The versions of the object classes the caller sent (nested objects
+    /// included), by class name: what it can read back in the reply.
+    pub fn caller_versions(&self) -> std::collections::BTreeMap<&'static str, (u32, u32)> {
+        use ConductorRequest::*;
+        let objects: Vec<&MagnumObject> = match self {
+            ClusterCreate { cluster, .. }
+            | ClusterUpdate { cluster, .. }
+            | RotateCaCertificate { cluster }
+            | CredentialRotate { cluster }
+            | GetCaCertificate { cluster, .. } => vec![cluster],
+            ClusterResize {
+                cluster, nodegroup, ..
+            }
+            | NodegroupCreate { cluster, nodegroup }
+            | NodegroupUpdate { cluster, nodegroup }
+            | NodegroupDelete { cluster, nodegroup } => vec![cluster, nodegroup],
+            ClusterUpgrade {
+                cluster,
+                cluster_template,
+                nodegroup,
+                ..
+            } => vec![cluster, cluster_template, nodegroup],
+            SignCertificate {
+                cluster,
+                certificate,
+            } => vec![cluster, certificate],
+            FederationCreate { federation, .. } | FederationUpdate { federation, .. } => {
+                vec![federation]
+            }
+            ObjectAction { objinst, .. }
+            | ObjectBackportVersions { objinst, .. }
+            | ObjectBackport { objinst, .. } => vec![objinst],
+            ClusterDelete { .. }
+            | FederationDelete { .. }
+            | PingConductor
+            | OsloPing
+            | ObjectClassActionVersions { .. } => vec![],
+        };
+        let mut out = std::collections::BTreeMap::new();
+        for o in objects {
+            o.versions_into(&mut out);
+        }
+        out
+    }
+
     /// The wire method name.
     pub fn method(&self) -> &'static str {
         use ConductorRequest::*;

@@ -607,6 +607,19 @@ impl MagnumObject {
         Value::Object(o)
     }
 
+    /// The version of this object's class and of every object nested in it,
+    /// by class name (the first seen wins), into `out`.
+    pub fn versions_into(&self, out: &mut std::collections::BTreeMap<&'static str, (u32, u32)>) {
+        out.entry(self.class.name).or_insert(self.version);
+        for v in self.data.values() {
+            if is_primitive(v)
+                && let Ok(sub) = MagnumObject::from_primitive(v)
+            {
+                sub.versions_into(out);
+            }
+        }
+    }
+
     /// Set a field (coerced like OVO's setattr) and mark it changed.
     pub fn set(&mut self, field: &str, value: Value) -> Result<(), ObjectError> {
         let spec = self
@@ -759,3 +772,40 @@ pub fn coerce_int(v: &Value) -> Option<i64> {
 
 #[cfg(test)]
 mod tests;
+
+/// A reply for a caller that sent objects at `versions` (class name ->
+/// version, see [`MagnumObject::versions_into`]): each object primitive in
+/// `reply` (or in a list of them) of a class the caller knows at an older
+/// minor is encoded at that minor, as `obj_to_primitive(target_version)`
+/// would for it (fields added since are left out); one of a major it does
+/// not know is `IncompatibleObjectVersion`, as oslo.versionedobjects says
+/// it. Anything else is returned as it is. A caller knows the versions it
+/// sends: Magnum 22.0.0 sends Cluster 1.23 and reads only up to 1.23 (its
+/// RPC client's `deserialize_entity` refuses 1.24).
+pub fn for_caller(
+    reply: Value,
+    versions: &std::collections::BTreeMap<&'static str, (u32, u32)>,
+) -> Result<Value, ObjectError> {
+    match reply {
+        Value::Array(items) => items
+            .into_iter()
+            .map(|i| for_caller(i, versions))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Value::Array),
+        v if is_primitive(&v) => {
+            let obj = MagnumObject::from_primitive(&v)?;
+            match versions.get(obj.class.name) {
+                Some(&(major, minor)) if major != obj.class.major => {
+                    Err(ObjectError::IncompatibleVersion {
+                        name: obj.class.name.to_string(),
+                        version: format!("{major}.{minor}"),
+                        supported: obj.class.version(),
+                    })
+                }
+                Some(&(_, minor)) if minor < obj.class.minor => Ok(obj.to_primitive_at(minor)),
+                _ => Ok(v),
+            }
+        }
+        v => Ok(v),
+    }
+}

@@ -23,6 +23,7 @@ conductor's clean-up names its token's project in every list). Keystone
 still authenticates the conductor's application credential and hands it
 the catalog that points here."""
 import os
+import signal
 import subprocess
 import time
 import urllib.error
@@ -58,14 +59,23 @@ def wait_http(url, procs, logs, what):
 
 
 def stop(procs):
+    """SIGTERM to each service's process group (their workers and agents
+    with them), SIGKILL to what is left after 30 s."""
     for p in procs:
-        if p.poll() is None:
-            p.terminate()
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
     for p in procs:
         try:
             p.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            p.kill()
+            pass
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait(timeout=30)
 
 
 class Neutron:
@@ -83,7 +93,10 @@ class Neutron:
                     f"[ml2]\ntype_drivers = flat,vxlan\ntenant_network_types = vxlan\n"
                     f"mechanism_drivers = openvswitch\nextension_drivers = port_security\n"
                     f"[ml2_type_vxlan]\nvni_ranges = 1:1000\n[ml2_type_flat]\nflat_networks = public\n"
-                    f"[oslo_concurrency]\nlock_path = {self.dir}\n")
+                    f"[oslo_concurrency]\nlock_path = {self.dir}\n"
+                    # A test project makes more than the default 10 groups.
+                    f"[quotas]\nquota_security_group = -1\nquota_floatingip = -1\n"
+                    f"quota_network = -1\nquota_port = -1\nquota_subnet = -1\n")
         with open(os.path.join(self.dir, "neutron_app.py"), "w") as f:
             f.write(APP)
         out = subprocess.run([f"{VENV}/bin/neutron-db-manage", "--config-file", conf, "upgrade", "heads"],
@@ -166,6 +179,7 @@ class Cinder:
                     f"api_paste_config = {CINDER_VENV}/etc/cinder/api-paste.ini\n"
                     f"osapi_volume_listen = 127.0.0.1\nosapi_volume_listen_port = {self.port}\n"
                     f"osapi_volume_workers = 1\nenabled_backends = fake\nhost = cinder-test-host\n"
+                    f"quota_volumes = -1\nquota_snapshots = -1\nquota_gigabytes = -1\n"
                     f"[fake]\nvolume_driver = cinder.tests.fake_driver.FakeLoggingVolumeDriver\n"
                     f"volume_backend_name = fake\n"
                     f"[database]\nconnection = mysql+pymysql://root@127.0.0.1:3306/{db_name}\n"

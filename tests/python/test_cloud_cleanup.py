@@ -23,6 +23,7 @@ API as alice, with the metadata `cinder.csi.openstack.org/cluster=<id>`
 
 Not yet here: OCCM and CSI played by capi-sim inside workload clusters,
 and CAPO's own network in Neutron (capi-sim's CAPO still makes up its ids)."""
+import base64
 import json
 import os
 import subprocess
@@ -211,10 +212,12 @@ def cleanup_all(c):
     for s in snaps:
         api(c, "cinder", "DELETE", f"/snapshots/{s}", ok=(202, 404))
     deadline = time.time() + 60
-    while storage(c)[1] and time.time() < deadline:
+    while api(c, "cinder", "GET", "/snapshots/detail")["snapshots"] and time.time() < deadline:
         time.sleep(0.2)
     for v in vols:
         api(c, "cinder", "DELETE", f"/volumes/{v}", ok=(202, 404))
+    while api(c, "cinder", "GET", "/volumes/detail")["volumes"] and time.time() < deadline:
+        time.sleep(0.2)
     lbs, fips, sgs = project_resources(c)
     for lb in lbs:
         api(c, "octavia", "DELETE", f"/v2/lbaas/loadbalancers/{lb}?cascade=true", ok=(204, 404))
@@ -222,6 +225,13 @@ def cleanup_all(c):
         api(c, "neutron", "DELETE", f"/v2.0/floatingips/{f}", ok=(204, 404))
     for s in sgs:
         api(c, "neutron", "DELETE", f"/v2.0/security-groups/{s}", ok=(204, 404))
+
+
+@pytest.fixture(autouse=True)
+def empty_project(cloud):
+    """Each test starts from an empty project, whatever the one before left."""
+    cleanup_all(cloud)
+    yield
 
 
 def test_delete_removes_only_this_clusters_resources(env, cloud):
@@ -384,3 +394,41 @@ def test_a_cluster_made_before_identities_keeps_kubernetes(env, cloud):
     # Its volumes cannot be told from another legacy cluster's: kept.
     assert legacy_volume in storage(c)[0]
     cleanup_all(c)
+
+
+def test_a_credential_that_no_longer_works_is_named_and_the_way_out_works(env, cloud):
+    """The cluster's application credential is gone (deleted, or its user
+    removed from Keystone, as in vexxhost #270): the reason says so, the
+    delete fails at its timeout, and the way out docs/operator-guide.md
+    gives (delete what the identity names, remove the finalizer, delete
+    again) finishes it."""
+    c = cloud
+    uuid, stack_id = created(env, c)
+    lb, fip, sg = occm_resources(c, uuid)
+    secret = env.sim.get(f"/api/v1/namespaces/magnum-{c['project']}/secrets/{stack_id}-cloud-credentials")
+    clouds = base64.b64decode(secret["data"]["clouds.yaml"]).decode()
+    ac = dict(line.strip().split(": ", 1) for line in clouds.splitlines() if ": " in line)["application_credential_id"]
+    status, _, _ = call("DELETE", f"{c['url']}/users/{c['user']}/application_credentials/{ac}", c["token"])
+    assert status == 204
+
+    env.client("delete", uuid, project=c["project"])
+    got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] != "DELETE_IN_PROGRESS", timeout=120)
+    reason = got["cluster"]["status_reason"]
+    assert got["cluster"]["status"] == "DELETE_FAILED", seen
+    # Keystone's own answer (404 Could not find Application Credential).
+    assert ac in reason and "HTTP 404" in reason and "removed from Keystone" in reason, reason
+    assert (f"cannot clean up the cluster's OpenStack resources: Keystone token for application credential {ac}"
+            in reason), reason
+    assert project_resources(c) == ({lb}, {fip}, {sg}), "nothing deleted without a credential"
+
+    # The way out, as the operator guide gives it.
+    api(c, "neutron", "DELETE", f"/v2.0/floatingips/{fip}")
+    api(c, "octavia", "DELETE", f"/v2/lbaas/loadbalancers/{lb}?cascade=true")
+    api(c, "neutron", "DELETE", f"/v2.0/security-groups/{sg}")
+    osc = env.sim.get(osc_path(c, stack_id))
+    i = osc["metadata"]["finalizers"].index(FINALIZER)
+    env.sim.kube.request("PATCH", osc_path(c, stack_id), [{"op": "remove", "path": f"/metadata/finalizers/{i}"}],
+                         content_type="application/json-patch+json")
+    env.client("delete", uuid, project=c["project"])
+    got, seen = env.wait(uuid, lambda g: g["cluster"] is None, timeout=180)
+    assert project_resources(c) == (set(), set(), set())

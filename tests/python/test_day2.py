@@ -17,7 +17,11 @@ does nothing, or raises):
 - node groups: create (own flavor, labels, taints, bounds), resize, update,
   delete; deleting a default group refused;
 - autoscaling: annotations, the autoscaler's count reflected and not reverted;
-- a stuck rollout: UPDATE_FAILED with the CAPI reason after `update_timeout`.
+- a stuck rollout: UPDATE_FAILED with the CAPI reason after `update_timeout`,
+  the stalled machine named;
+- on both lines, no status_reason ever names a condition of normal-False
+  polarity (v1beta2's RollingOut, ScalingUp, ScalingDown, Remediating,
+  Deleting, Paused: capi-sim writes them as cluster-api v1.14 does).
 """
 import json
 import os
@@ -46,6 +50,31 @@ def env(request, tmp_path_factory):
     e.boot_api = "bootstrap.cluster.x-k8s.io/" + request.param
     yield e
     e.close()
+
+
+# CAPI v1beta2 conditions that are False on a healthy object (cluster-api
+# v1.14; capi-sim writes them as upstream does): never a blocker (issue 34).
+NORMAL_FALSE = ("RollingOut", "ScalingUp", "ScalingDown", "Remediating", "Deleting", "Paused")
+
+
+@pytest.fixture(autouse=True)
+def no_normal_false_blocker(env):
+    """Every status_reason a test sees (cluster and node groups, every
+    poll) names no condition of normal-False polarity as what it waits for."""
+    original, reasons = env.wait, []
+
+    def recording(uuid, done, **kw):
+        def check(g):
+            if g.get("cluster"):
+                reasons.append(g["cluster"].get("status_reason") or "")
+                reasons.extend(n.get("status_reason") or "" for n in g.get("nodegroups") or [])
+            return done(g)
+        return original(uuid, check, **kw)
+    env.wait = recording
+    yield
+    env.wait = original
+    named = sorted({r for r in reasons for ty in NORMAL_FALSE if f"{ty}: " in r or f"Not{ty}" in r})
+    assert not named, named
 
 
 def status_is(*statuses):
@@ -456,8 +485,6 @@ def test_autoscaling(env):
 def test_stuck_rollout_fails_with_the_capi_reason(env):
     """A rollout whose new machines never come up: UPDATE_FAILED with what CAPI
     says after `update_timeout` (1 minute here) without progress."""
-    if env.sim.capi.endswith("v1beta2"):
-        pytest.skip("the timeout does not depend on the CAPI line (a minute saved)")
     uuid, got = complete_cluster(env)
     stack = got["cluster"]["stack_id"]
     env.sim.patch(env.sim.capi, "machinedeployments", f"{stack}-default-worker",
@@ -471,6 +498,7 @@ def test_stuck_rollout_fails_with_the_capi_reason(env):
     reason = got["cluster"]["status_reason"]
     assert reason.startswith("No progress for 1 minutes; "), reason
     assert "waiting for the server to become ACTIVE" in reason, reason
+    assert "machine " in reason, reason  # the stalled machine, by name
     assert ng(got, "default-worker")["status"] == "UPDATE_FAILED"
     assert took >= 55, took
     delete(env, uuid)

@@ -2,10 +2,10 @@
 
 See api_env.py for what runs: real Keystone, the real magnum-api (23.0.0 as
 the console script, which sends every object read/write to our conductor,
-and as the WSGI application; 22.0.0 as the console script) with our driver
+and as the WSGI application; 22.0.0 as both) with our driver
 package, a database built by that release's migrations, our conductor, a
 real kube-apiserver as the management cluster (../shared/k8s, v1beta2 for
-the console script, v1beta1 for WSGI; CAPI's controllers simulated by
+23's console script and 22's WSGI, v1beta1 for the others; CAPI's controllers simulated by
 capi-sim). The user only types CLI commands: create, config, credential
 rotate, resize, resize naming the node to remove, upgrade, nodegroup
 create/update/delete, delete.
@@ -35,7 +35,7 @@ COMMON = ["--coe", "kubernetes", "--external-network", "public", "--flavor", "m1
 
 
 @pytest.fixture(scope="module", params=[("23", "console", "v1beta2"), ("23", "wsgi", "v1beta1"),
-                                        ("22", "console", "v1beta1")],
+                                        ("22", "console", "v1beta1"), ("22", "wsgi", "v1beta2")],
                 ids=lambda p: "-".join(p))
 def env(request, tmp_path_factory):
     release, mode, line = request.param
@@ -64,7 +64,10 @@ def settled(c):
 
 
 def test_user_session(env):
-    full = env.release == "23"
+    # The whole session on 23, and on 22 under WSGI (issue 35: its upgrade
+    # reply must come at Cluster 1.23, which a WSGI magnum-api cannot ask
+    # the conductor to backport); the 22 console script to the first resize.
+    full = env.release == "23" or env.mode == "wsgi"
     t = template(env, "k8s-v1.30", "ubuntu-2204-kube-v1.30.4", "v1.30.4")
     assert t["cluster_distro"] == "ubuntu" and t["coe"] == "kubernetes"
     assert any(p.startswith("/image/") for p in env.cloud.asked("/image")), "the API looked the image up"

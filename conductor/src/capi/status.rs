@@ -158,23 +158,66 @@ fn text<'a>(v: &'a Value, p: &str) -> Option<&'a str> {
     ptr(v, p).and_then(Value::as_str).filter(|s| !s.is_empty())
 }
 
-/// The first condition that is not True: "Type: message" (v1beta1 or v1beta2).
+/// What a condition's status means, by type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Polarity {
+    /// True is the good state (Ready, Available, InfrastructureReady,
+    /// MachinesReady, ... every v1beta1 condition and most v1beta2 ones):
+    /// anything else is what the object waits for.
+    Positive,
+    /// False is the normal state; True says what the object is doing, not
+    /// what blocks it (the operation's own progress: its group's counts say
+    /// more precisely where it is).
+    NegativeProgress,
+    /// False is the normal state; True is a problem worth naming.
+    NegativeIssue,
+    /// Never a blocker (a paused object is the operator's choice).
+    Ignored,
+}
+
+/// The polarity of each condition type the mapper reads, on both lines:
+/// cluster-api v1.14 `api/core/v1beta2` (`RollingOut`, `ScalingUp`,
+/// `ScalingDown`, `Remediating`, `Deleting`, `Paused` for Cluster,
+/// MachineDeployment, MachineSet and, in `api/controlplane/kubeadm/v1beta2`,
+/// KubeadmControlPlane; Machine `Deleting`, `Paused`, `Updating`), declared
+/// negative where upstream summarises them (`NegativePolarityConditionTypes`
+/// in `internal/controllers/*/..._status.go`, e.g. the Cluster's
+/// `setAvailableCondition`, the Machine's `setReadyCondition`). Every other
+/// type (all of v1beta1's, CAPO's and CAAPH's) is positive.
+pub fn polarity(condition_type: &str) -> Polarity {
+    match condition_type {
+        "RollingOut" | "ScalingUp" | "ScalingDown" | "Updating" => Polarity::NegativeProgress,
+        "Remediating" | "Deleting" => Polarity::NegativeIssue,
+        "Paused" => Polarity::Ignored,
+        _ => Polarity::Positive,
+    }
+}
+
+/// Whether a condition says the object is blocked.
+fn blocks(c: &Value) -> bool {
+    let ty = c["type"].as_str().unwrap_or_default();
+    match polarity(ty) {
+        Polarity::Positive => c["status"] != "True",
+        Polarity::NegativeIssue => c["status"] == "True",
+        Polarity::NegativeProgress | Polarity::Ignored => false,
+    }
+}
+
+/// The first condition that says the object is blocked, by its type's
+/// [`polarity`]: "Type: message" (v1beta1 or v1beta2).
 fn blocking_condition(o: &Value) -> Option<String> {
     let conds = ptr(o, "/status/conditions")?.as_array()?;
-    conds
-        .iter()
-        .find(|c| c["status"] != "True" && c["type"] != "Paused" && c["type"] != "Deleting")
-        .map(|c| {
-            let ty = c["type"].as_str().unwrap_or("?");
-            match c["message"]
-                .as_str()
-                .filter(|m| !m.is_empty())
-                .or_else(|| c["reason"].as_str())
-            {
-                Some(m) => format!("{ty}: {m}"),
-                None => format!("{ty} is not yet True"),
-            }
-        })
+    conds.iter().find(|c| blocks(c)).map(|c| {
+        let ty = c["type"].as_str().unwrap_or("?");
+        match c["message"]
+            .as_str()
+            .filter(|m| !m.is_empty())
+            .or_else(|| c["reason"].as_str())
+        {
+            Some(m) => format!("{ty}: {m}"),
+            None => format!("{ty} is not yet True"),
+        }
+    })
 }
 
 fn addresses<'a>(machines: impl Iterator<Item = &'a Value>) -> Vec<String> {

@@ -54,9 +54,12 @@ impl ApiError {
             _ => None,
         }
     }
-    /// The credential no longer works (deleted, or its user removed).
+    /// From Keystone's token request: the credential no longer works
+    /// (Keystone 30 answers 404 `Could not find Application Credential`
+    /// for a deleted one, 401 when its user is gone or the secret is
+    /// wrong).
     pub fn is_auth(&self) -> bool {
-        matches!(self.status(), Some(401) | Some(403))
+        matches!(self.status(), Some(401) | Some(403) | Some(404))
     }
 }
 

@@ -113,3 +113,51 @@ fn refuses_what_python_refuses() {
     assert!(MagnumObject::from_primitive(&p).is_err());
     assert!(MagnumObject::from_primitive_of(&cluster_primitive(), &NODE_GROUP).is_err());
 }
+
+#[test]
+fn replies_at_the_callers_versions() {
+    use std::collections::BTreeMap;
+    // What Magnum 22.0.0's magnum-api sends: Cluster 1.23 (with its trust
+    // fields), NodeGroup 1.1.
+    let mut sent = cluster_primitive();
+    sent[VERSION_KEY] = json!("1.23");
+    sent[DATA_KEY]["trust_id"] = json!("t-1");
+    let cluster = MagnumObject::from_primitive_of(&sent, &CLUSTER).unwrap();
+    let mut versions = BTreeMap::new();
+    cluster.versions_into(&mut versions);
+    assert_eq!(versions["Cluster"], (1, 23));
+    assert_eq!(versions["ClusterTemplate"], (1, 21));
+    versions.insert("NodeGroup", (1, 1));
+
+    // Our reply (newest versions) comes back at theirs.
+    let ours = MagnumObject::from_primitive_of(&cluster_primitive(), &CLUSTER)
+        .unwrap()
+        .to_primitive();
+    assert_eq!(ours[VERSION_KEY], "1.24");
+    let back = for_caller(ours.clone(), &versions).unwrap();
+    assert_eq!(back[VERSION_KEY], "1.23");
+    assert_eq!(back[DATA_KEY]["name"], "k8s");
+    assert_eq!(back[DATA_KEY]["cluster_template"][VERSION_KEY], "1.21");
+    let mut ng = MagnumObject::new(&NODE_GROUP);
+    ng.set("name", json!("ng")).unwrap();
+    ng.set("node_labels", json!({"a": "b"})).unwrap();
+    ng.set("node_taints", json!([])).unwrap();
+    let list = for_caller(json!([ng.to_primitive(), ng.to_primitive()]), &versions).unwrap();
+    for n in list.as_array().unwrap() {
+        assert_eq!(n[VERSION_KEY], "1.1");
+        assert!(
+            n[DATA_KEY].get("node_labels").is_none() && n[DATA_KEY].get("node_taints").is_none()
+        );
+    }
+    // A caller at our version, or one that sent no such class, gets it as is;
+    // plain values pass.
+    let newest: BTreeMap<&'static str, (u32, u32)> = [("Cluster", (1, 24))].into();
+    assert_eq!(for_caller(ours.clone(), &newest).unwrap(), ours);
+    assert_eq!(for_caller(ours.clone(), &BTreeMap::new()).unwrap(), ours);
+    assert_eq!(for_caller(json!(true), &versions).unwrap(), json!(true));
+    // A major it does not know: what oslo.versionedobjects says.
+    let other: BTreeMap<&'static str, (u32, u32)> = [("Cluster", (2, 0))].into();
+    let e = for_caller(ours, &other).unwrap_err();
+    assert!(matches!(e, ObjectError::IncompatibleVersion { .. }), "{e}");
+    assert_eq!(e.to_failure().class, "IncompatibleObjectVersion");
+}

@@ -340,3 +340,61 @@ fn failures_timeouts_and_deletion() {
     assert_eq!(v.workers["default-worker"].status, "DELETE_COMPLETE");
     assert_eq!(v.status, "UPDATE_COMPLETE");
 }
+
+/// CAPI v1beta2 conditions of normal-False polarity are never named as a
+/// blocker (issue 34); a positive one that is not True, or a Remediating
+/// that is True, is.
+#[test]
+fn blockers_follow_each_conditions_polarity() {
+    let c = |t: &str, s: &str, reason: &str, msg: &str| json!({"type": t, "status": s, "reason": reason, "message": msg});
+    let healthy = [
+        c("Available", "True", "Available", ""),
+        c("RollingOut", "False", "NotRollingOut", ""),
+        c("ScalingUp", "False", "NotScalingUp", ""),
+        c("ScalingDown", "False", "NotScalingDown", ""),
+        c("Remediating", "False", "NotRemediating", ""),
+        c("Deleting", "False", "NotDeleting", ""),
+        c("Paused", "False", "NotPaused", ""),
+    ];
+    let obj = |conds: Vec<Value>| json!({"status": {"conditions": conds}});
+    assert_eq!(blocking_condition(&obj(healthy.to_vec())), None);
+    // What an operation is doing is not what blocks it.
+    let mut scaling = healthy.to_vec();
+    scaling[2] = c(
+        "ScalingUp",
+        "True",
+        "ScalingUp",
+        "Scaling up from 1 to 2 replicas",
+    );
+    scaling[1] = c(
+        "RollingOut",
+        "True",
+        "RollingOut",
+        "Rolling out 1 not up-to-date replicas",
+    );
+    assert_eq!(blocking_condition(&obj(scaling.clone())), None);
+    // The real blocker, wherever it is in the list.
+    scaling.push(c(
+        "MachinesReady",
+        "False",
+        "NotReady",
+        "* Machine w-1: waiting for the server to become ACTIVE",
+    ));
+    assert_eq!(
+        blocking_condition(&obj(scaling.clone())).as_deref(),
+        Some("MachinesReady: * Machine w-1: waiting for the server to become ACTIVE")
+    );
+    let mut remediating = healthy.to_vec();
+    remediating[4] = c(
+        "Remediating",
+        "True",
+        "Remediating",
+        "Machine cp-2 is being remediated",
+    );
+    assert_eq!(
+        blocking_condition(&obj(remediating)).as_deref(),
+        Some("Remediating: Machine cp-2 is being remediated")
+    );
+    assert_eq!(polarity("Ready"), Polarity::Positive);
+    assert_eq!(polarity("Paused"), Polarity::Ignored);
+}

@@ -213,6 +213,11 @@ pub fn reconcile(c: &mut Ctx<'_>, cur: Value) {
                 ""
             ),
         ]);
+        // Upstream's normal-False ones (not aggregated here from the
+        // control plane's and MachineDeployments' own: those carry them).
+        if let Some(a) = status["conditions"].as_array_mut() {
+            a.extend(c.negative_conditions(&[]));
+        }
     } else {
         status["infrastructureReady"] = json!(infra_ready);
         status["controlPlaneReady"] = json!(cp_init);

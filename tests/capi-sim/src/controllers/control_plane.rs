@@ -133,6 +133,43 @@ pub fn reconcile(c: &mut Ctx<'_>, cur: Value) {
         st["initialization"] = json!({"controlPlaneInitialized": initialized});
         st["availableReplicas"] = json!(ready);
         st["upToDateReplicas"] = json!(updated);
+        // KCP v1.14's v1beta2 conditions (`controlplane/kubeadm/internal/
+        // controllers/status.go`): Available once initialized with a ready
+        // machine, then the normal-False ones, True while it scales or
+        // rolls out (messages worded as upstream's).
+        let want = cur
+            .pointer("/spec/replicas")
+            .and_then(Value::as_u64)
+            .unwrap_or(1) as usize;
+        let mut active = Vec::new();
+        let up_msg = format!("Scaling up from {} to {want} replicas", live.len());
+        let down_msg = format!("Scaling down from {} to {want} replicas", live.len());
+        let roll_msg = format!(
+            "Rolling out {} not up-to-date replicas",
+            live.len().saturating_sub(updated)
+        );
+        if live.len() < want {
+            active.push(("ScalingUp", "ScalingUp", up_msg.as_str()));
+        }
+        if live.len() > want {
+            active.push(("ScalingDown", "ScalingDown", down_msg.as_str()));
+        }
+        if updated < live.len() {
+            active.push(("RollingOut", "RollingOut", roll_msg.as_str()));
+        }
+        let available = initialized && ready > 0;
+        let mut conds = vec![c.condition(
+            "Available",
+            available,
+            if available {
+                "Available"
+            } else {
+                "NotAvailable"
+            },
+            "",
+        )];
+        conds.extend(c.negative_conditions(&active));
+        st["conditions"] = json!(conds);
     } else {
         st["initialized"] = json!(initialized);
         st["ready"] = json!(ready > 0);

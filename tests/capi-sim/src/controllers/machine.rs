@@ -212,10 +212,15 @@ pub fn reconcile(c: &mut Ctx<'_>, cur: Value) {
     st["conditions"] = match summary {
         None => {
             if c.v2 {
+                // With the Machine's normal-False ones (v1.14
+                // `internal/controllers/machine/machine_controller_status.go`:
+                // `NotDeleting`, `NotPaused`).
                 json!([
                     c.condition("Available", true, "Available", ""),
                     c.condition("Ready", true, "Ready", ""),
-                    c.condition("InfrastructureReady", true, "Ready", "")
+                    c.condition("InfrastructureReady", true, "Ready", ""),
+                    c.condition("Deleting", false, "NotDeleting", ""),
+                    c.condition("Paused", false, "NotPaused", "")
                 ])
             } else {
                 json!([
@@ -230,10 +235,15 @@ pub fn reconcile(c: &mut Ctx<'_>, cur: Value) {
             } else {
                 c.condition_with("InfrastructureReady", false, reason, severity, message)
             };
-            json!([
+            let mut conds = vec![
                 c.condition_with("Ready", false, reason, severity, message),
-                infra_cond
-            ])
+                infra_cond,
+            ];
+            if c.v2 {
+                conds.push(c.condition("Deleting", false, "NotDeleting", ""));
+                conds.push(c.condition("Paused", false, "NotPaused", ""));
+            }
+            json!(conds)
         }
     };
     next["status"] = st;

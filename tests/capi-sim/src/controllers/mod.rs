@@ -217,6 +217,30 @@ impl<'a> Ctx<'a> {
         obj::condition(self.v2, &self.now, ty, ok, reason, message)
     }
 
+    /// The v1beta2 conditions of normal-False polarity that cluster-api
+    /// v1.14 writes on a Cluster, KubeadmControlPlane, MachineDeployment or
+    /// MachineSet at rest, with their reasons (`api/core/v1beta2`
+    /// `cluster_types.go`, `machinedeployment_types.go`; `api/controlplane/
+    /// kubeadm/v1beta2` `v1beta2_condition_consts.go`: `NotRollingOut`,
+    /// `NotScalingUp`, `NotScalingDown`, `NotRemediating`, `NotDeleting`,
+    /// `NotPaused`), each True with `active` while that is going on.
+    pub fn negative_conditions(&self, active: &[(&str, &str, &str)]) -> Vec<Value> {
+        [
+            ("RollingOut", "NotRollingOut"),
+            ("ScalingUp", "NotScalingUp"),
+            ("ScalingDown", "NotScalingDown"),
+            ("Remediating", "NotRemediating"),
+            ("Deleting", "NotDeleting"),
+            ("Paused", "NotPaused"),
+        ]
+        .iter()
+        .map(|(ty, not)| match active.iter().find(|(t, _, _)| t == ty) {
+            Some((_, reason, message)) => self.condition(ty, true, reason, message),
+            None => self.condition(ty, false, not, ""),
+        })
+        .collect()
+    }
+
     pub fn condition_with(
         &self,
         ty: &str,
