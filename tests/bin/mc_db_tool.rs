@@ -12,7 +12,11 @@
 //! mc-db-tool --config-file F heartbeat <host|->
 //! mc-db-tool --config-file F gen-certs <cluster uuid> <project> <user>
 //! mc-db-tool --config-file F decrypt-key <x509keypair uuid>
+//! mc-db-tool for-caller '<reply json>' '<{"Class": "1.23"} json>'
 //! ```
+//!
+//! `for-caller` (no database): a reply as the conductor sends it to a
+//! caller that sent those object versions (`rpc_schema::ovo::for_caller`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -45,7 +49,30 @@ fn data(o: &MagnumObject) -> Value {
     Value::Object(m)
 }
 
+/// `for-caller REPLY VERSIONS`.
+fn for_caller(reply: &str, versions: &str) -> Result<Value, String> {
+    let reply: Value = serde_json::from_str(reply).map_err(|e| format!("reply: {e}"))?;
+    let given: Map<String, Value> =
+        serde_json::from_str(versions).map_err(|e| format!("versions: {e}"))?;
+    let mut versions = std::collections::BTreeMap::new();
+    for (name, v) in &given {
+        let class = rpc_schema::ovo::class(name).ok_or_else(|| format!("unknown class {name}"))?;
+        let (major, minor) = v
+            .as_str()
+            .and_then(|s| s.split_once('.'))
+            .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)))
+            .ok_or_else(|| format!("bad version {v}"))?;
+        versions.insert(class.name, (major, minor));
+    }
+    rpc_schema::ovo::for_caller(reply, &versions).map_err(|e| e.to_string())
+}
+
 async fn run(args: &[String]) -> Result<Value, String> {
+    if let [cmd, reply, versions] = args
+        && cmd == "for-caller"
+    {
+        return for_caller(reply, versions);
+    }
     let [flag, conf, cmd, rest @ ..] = args else {
         return Err("usage: mc-db-tool --config-file F <command> ...".into());
     };

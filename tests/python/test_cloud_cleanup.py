@@ -208,6 +208,8 @@ def as_sets(triples):
 
 def cleanup_all(c):
     """Remove what a test left in the project (the next test starts empty)."""
+    for lb in os.listdir(os.path.join(c["lbaas"].dir, "stall")):
+        c["lbaas"].release(lb)
     vols, snaps = storage(c)
     for s in snaps:
         api(c, "cinder", "DELETE", f"/snapshots/{s}", ok=(202, 404))
@@ -218,9 +220,19 @@ def cleanup_all(c):
         api(c, "cinder", "DELETE", f"/volumes/{v}", ok=(202, 404))
     while api(c, "cinder", "GET", "/volumes/detail")["volumes"] and time.time() < deadline:
         time.sleep(0.2)
-    lbs, fips, sgs = project_resources(c)
-    for lb in lbs:
-        api(c, "octavia", "DELETE", f"/v2/lbaas/loadbalancers/{lb}?cascade=true", ok=(204, 404))
+    # Load balancers: each deleted once it is ACTIVE (Octavia refuses a
+    # pending one with 409), then gone.
+    while True:
+        lbs = [lb for lb in api(c, "octavia", "GET", f"/v2/lbaas/loadbalancers?project_id={c['project']}")[
+            "loadbalancers"] if lb["provisioning_status"] != "DELETED"]
+        if not lbs:
+            break
+        assert time.time() < deadline + 60, lbs
+        for lb in lbs:
+            if lb["provisioning_status"] in ("ACTIVE", "ERROR"):
+                api(c, "octavia", "DELETE", f"/v2/lbaas/loadbalancers/{lb['id']}?cascade=true", ok=(204, 404, 409))
+        time.sleep(0.3)
+    _, fips, sgs = project_resources(c)
     for f in fips:
         api(c, "neutron", "DELETE", f"/v2.0/floatingips/{f}", ok=(204, 404))
     for s in sgs:
