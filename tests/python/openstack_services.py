@@ -58,6 +58,19 @@ def wait_http(url, procs, logs, what):
             time.sleep(0.5)
 
 
+def start(binaries, conf, env, d):
+    """`binaries` (in the venv holding them) with `--config-file conf`, each
+    in a session of its own, output in `d/<binary>.out`: (procs, logs)."""
+    procs, logs = [], []
+    for binary in binaries:
+        log = os.path.join(d, f"{os.path.basename(binary)}.out")
+        logs.append(log)
+        procs.append(subprocess.Popen([binary, "--config-file", conf], stdout=open(log, "w"),
+                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                      start_new_session=True))
+    return procs, logs
+
+
 def stop(procs):
     """SIGTERM to each service's process group (their workers and agents
     with them), SIGKILL to what is left after 30 s."""
@@ -141,13 +154,8 @@ class Octavia:
         assert out.returncode == 0, out.stderr[-2000:]
         os.makedirs(os.path.join(self.dir, "stall"), exist_ok=True)
         env = dict(os.environ, PYTHONWARNINGS="ignore", OCTAVIA_TEST_PROVIDER_DIR=self.dir)
-        self.procs, logs = [], []
-        for binary in ("octavia-driver-agent", "octavia-api"):
-            log = os.path.join(self.dir, f"{binary}.out")
-            logs.append(log)
-            self.procs.append(subprocess.Popen([f"{VENV}/bin/{binary}", "--config-file", conf],
-                                               stdout=open(log, "w"), stderr=subprocess.STDOUT,
-                                               stdin=subprocess.DEVNULL, env=env, start_new_session=True))
+        self.procs, logs = start([f"{VENV}/bin/octavia-driver-agent", f"{VENV}/bin/octavia-api"], conf, env,
+                                 self.dir)
         wait_http(f"{self.url}/", self.procs, logs, "Octavia")
 
     def stall(self, lb_id):
@@ -191,13 +199,8 @@ class Cinder:
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr[-2000:]
         env = dict(os.environ, PYTHONWARNINGS="ignore")
-        self.procs, logs = [], []
-        for binary in ("cinder-volume", "cinder-scheduler", "cinder-api"):
-            log = os.path.join(self.dir, f"{binary}.out")
-            logs.append(log)
-            self.procs.append(subprocess.Popen([f"{CINDER_VENV}/bin/{binary}", "--config-file", conf],
-                                               stdout=open(log, "w"), stderr=subprocess.STDOUT,
-                                               stdin=subprocess.DEVNULL, env=env, start_new_session=True))
+        self.procs, logs = start([f"{CINDER_VENV}/bin/{b}" for b in ("cinder-volume", "cinder-scheduler", "cinder-api")],
+                                 conf, env, self.dir)
         wait_http(f"http://127.0.0.1:{self.port}/", self.procs, logs, "Cinder")
 
     def stop(self):

@@ -35,7 +35,7 @@ import pytest
 from conftest import new_vhost
 from openstack_services import Cinder, Neutron, Octavia
 from test_lifecycle import Env
-from test_lifecycle_keystone import KEYSTONE, call, password_token, start_keystone
+from test_lifecycle_keystone import KEYSTONE, call, password_token, start_keystone, user_with_role
 from test_lifecycle_restart import died
 
 ADMIN_PROJECT = "a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0"
@@ -48,13 +48,7 @@ def cloud(tmp_path_factory):
     d = tmp_path_factory.mktemp("keystone")
     url, admin_pw, admin = start_keystone(d)
     # Cinder's service user, as a deployment makes it.
-    _, _, svcp = call("POST", f"{url}/projects", admin, {"project": {"name": "service", "domain_id": "default"}})
-    _, _, cu = call("POST", f"{url}/users", admin, {"user": {"name": "cinder", "domain_id": "default",
-                                                           "password": "cinder-pw"}})
-    _, _, admin_role = call("GET", f"{url}/roles?name=admin", admin)
-    status, _, _ = call("PUT", f"{url}/projects/{svcp['project']['id']}/users/{cu['user']['id']}/roles/"
-                               f"{admin_role['roles'][0]['id']}", admin)
-    assert status == 204
+    user_with_role(url, admin, "service", "cinder", "cinder-pw", "admin")
     neutron = Neutron(tmp_path_factory.mktemp("neutron"), f"neutron_cleanup_{os.getpid()}")
     octavia = Octavia(tmp_path_factory.mktemp("octavia"), f"octavia_cleanup_{os.getpid()}")
     cinder = Cinder(tmp_path_factory.mktemp("cinder"), f"cinder_cleanup_{os.getpid()}", new_vhost("cinder"),
@@ -67,15 +61,9 @@ def cloud(tmp_path_factory):
             status, _, _ = call("POST", f"{url}/endpoints", admin, {"endpoint": {
                 "service_id": svc["service"]["id"], "interface": iface, "url": where, "region_id": "RegionOne"}})
             assert status == 201
-    _, _, p = call("POST", f"{url}/projects", admin, {"project": {"name": "tenant", "domain_id": "default"}})
-    _, _, u = call("POST", f"{url}/users", admin, {"user": {"name": "alice", "domain_id": "default",
-                                                          "password": "alice-pw", "default_project_id": p["project"]["id"]}})
-    _, _, roles = call("GET", f"{url}/roles?name=member", admin)
-    status, _, _ = call("PUT", f"{url}/projects/{p['project']['id']}/users/{u['user']['id']}/roles/{roles['roles'][0]['id']}", admin)
-    assert status == 204
-    c = dict(url=url, admin_pw=admin_pw, project=p["project"]["id"], user=u["user"]["id"],
-             neutron=neutron.url, octavia=octavia.url, lbaas=octavia,
-             cinder=f"{cinder.url}/{p['project']['id']}")
+    project, user = user_with_role(url, admin, "tenant", "alice", "alice-pw", "member")
+    c = dict(url=url, admin_pw=admin_pw, project=project, user=user,
+             neutron=neutron.url, octavia=octavia.url, lbaas=octavia, cinder=f"{cinder.url}/{project}")
     c["token"], _ = password_token(url, "alice", "alice-pw", project_id=c["project"])
     # The cloud's external network, as an operator makes it; a tenant
     # network for load balancer VIPs.

@@ -58,17 +58,28 @@ def start_keystone(d):
     return url, admin_pw, admin
 
 
+def user_with_role(url, admin, project, user, password, role):
+    """A new project `project`, and a new user
+    `user` with `password` and `role` on it: (project id, user id)."""
+    status, _, p = call("POST", f"{url}/projects", admin, {"project": {"name": project, "domain_id": "default"}})
+    assert status == 201, status
+    status, _, u = call("POST", f"{url}/users", admin, {"user": {"name": user, "domain_id": "default",
+                                                               "password": password,
+                                                               "default_project_id": p["project"]["id"]}})
+    assert status == 201, status
+    _, _, roles = call("GET", f"{url}/roles?name={role}", admin)
+    status, _, _ = call("PUT", f"{url}/projects/{p['project']['id']}/users/{u['user']['id']}/roles/"
+                               f"{roles['roles'][0]['id']}", admin)
+    assert status == 204
+    return p["project"]["id"], u["user"]["id"]
+
+
 @pytest.fixture(scope="module")
 def keystone(tmp_path_factory):
     d = tmp_path_factory.mktemp("keystone")
     url, admin_pw, admin = start_keystone(d)
-    _, _, p = call("POST", f"{url}/projects", admin, {"project": {"name": "tenant", "domain_id": "default"}})
-    _, _, u = call("POST", f"{url}/users", admin, {"user": {"name": "alice", "domain_id": "default",
-                                                          "password": "alice-pw", "default_project_id": p["project"]["id"]}})
-    _, _, roles = call("GET", f"{url}/roles?name=member", admin)
-    status, _, _ = call("PUT", f"{url}/projects/{p['project']['id']}/users/{u['user']['id']}/roles/{roles['roles'][0]['id']}", admin)
-    assert status == 204
-    yield dict(url=url, admin_pw=admin_pw, project=p["project"]["id"], user=u["user"]["id"])
+    project, user = user_with_role(url, admin, "tenant", "alice", "alice-pw", "member")
+    yield dict(url=url, admin_pw=admin_pw, project=project, user=user)
     subprocess.run([KEYSTONE, "stop", str(d)], timeout=30)
 
 

@@ -65,10 +65,116 @@ impl ApiError {
 
 type Https = hyper_rustls::HttpsConnector<HttpConnector>;
 
-/// One HTTP client for every OpenStack call of the process (cloned).
+/// One HTTP client for the JSON APIs of OpenStack (Keystone and the
+/// services): the system's CA roots plus a private bundle, HTTP/1.1,
+/// a timeout on the answer and on its body. Cloned, never rebuilt.
+#[derive(Clone)]
+pub struct JsonHttp(Client<Https, Full<Bytes>>);
+
+/// TLS roots: the system's and the cloud's private CA bundle, if any.
+pub fn tls(ca_file: Option<&str>) -> Result<rustls::ClientConfig, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    for c in native.certs {
+        let _ = roots.add(c);
+    }
+    if let Some(path) = ca_file {
+        use rustls_pki_types::pem::PemObject;
+        let certs = rustls_pki_types::CertificateDer::pem_file_iter(path)
+            .map_err(|e| format!("cafile {path}: {e}"))?;
+        for c in certs {
+            let c = c.map_err(|e| format!("cafile {path}: {e}"))?;
+            roots.add(c).map_err(|e| format!("cafile {path}: {e}"))?;
+        }
+    }
+    Ok(rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+impl JsonHttp {
+    pub fn new(ca_file: Option<&str>) -> Result<JsonHttp, String> {
+        Ok(JsonHttp::with_tls(tls(ca_file)?))
+    }
+
+    fn with_tls(tls: rustls::ClientConfig) -> JsonHttp {
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .build();
+        JsonHttp(Client::builder(TokioExecutor::new()).build(connector))
+    }
+
+    /// One request; a JSON body in and out (a body that is not JSON reads
+    /// as null). An error status is [`ApiError::Status`] with the service's
+    /// own message ([`error_message`]).
+    pub async fn send(
+        &self,
+        what: &str,
+        method: Method,
+        url: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+    ) -> Result<(StatusCode, http::HeaderMap, Value), ApiError> {
+        let transport = |reason: String| ApiError::Transport {
+            what: what.to_string(),
+            reason,
+        };
+        let mut req = Request::builder()
+            .method(method)
+            .uri(url)
+            .header("Accept", "application/json")
+            .header("User-Agent", "magnum-conductor-rs");
+        if let Some(t) = token {
+            req = req.header("X-Auth-Token", t);
+        }
+        let bytes = match body {
+            Some(b) => {
+                req = req.header("Content-Type", "application/json");
+                Bytes::from(b.to_string())
+            }
+            None => Bytes::new(),
+        };
+        let req = req
+            .body(Full::new(bytes))
+            .map_err(|e| transport(e.to_string()))?;
+        let resp = tokio::time::timeout(TIMEOUT, self.0.request(req))
+            .await
+            .map_err(|_| transport(format!("no answer from {url} within {TIMEOUT:?}")))?
+            .map_err(|e| transport(format!("{url}: {e}")))?;
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let body = tokio::time::timeout(TIMEOUT, resp.into_body().collect())
+            .await
+            .map_err(|_| transport(format!("{url}: the body timed out")))?
+            .map_err(|e| transport(format!("{url}: {e}")))?
+            .to_bytes();
+        let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        if !status.is_success() {
+            let message = error_message(&json).unwrap_or_else(|| {
+                let text = String::from_utf8_lossy(&body);
+                let t = text.trim();
+                if t.is_empty() {
+                    status.canonical_reason().unwrap_or("").to_string()
+                } else {
+                    t.chars().take(300).collect()
+                }
+            });
+            return Err(ApiError::Status {
+                what: what.to_string(),
+                status: status.as_u16(),
+                message,
+            });
+        }
+        Ok((status, headers, json))
+    }
+}
+
+/// The clean-up's client (one per process, cloned).
 #[derive(Clone)]
 pub struct CloudApi {
-    http: Client<Https, Full<Bytes>>,
+    http: JsonHttp,
 }
 
 /// A token and the endpoints of its catalog.
@@ -226,25 +332,17 @@ impl CloudApi {
     /// one that cannot be read is reported and the system's CAs are used
     /// (`check` reports it too).
     pub fn new(ca_file: Option<&str>) -> CloudApi {
-        let tls = match crate::lifecycle::keystone::tls(ca_file) {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::error!(error = %e, "[capi] ca_file unusable for the cloud clean-up; using the system's CAs");
-                crate::lifecycle::keystone::tls(None).unwrap_or_else(|_| {
+        let http = JsonHttp::new(ca_file).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "[capi] ca_file unusable for the cloud clean-up; using the system's CAs");
+            JsonHttp::new(None).unwrap_or_else(|_| {
+                JsonHttp::with_tls(
                     rustls::ClientConfig::builder()
                         .with_root_certificates(rustls::RootCertStore::empty())
-                        .with_no_client_auth()
-                })
-            }
-        };
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .build();
-        CloudApi {
-            http: Client::builder(TokioExecutor::new()).build(connector),
-        }
+                        .with_no_client_auth(),
+                )
+            })
+        });
+        CloudApi { http }
     }
 
     async fn send(
@@ -255,57 +353,9 @@ impl CloudApi {
         token: Option<&Secret>,
         body: Option<&Value>,
     ) -> Result<(StatusCode, http::HeaderMap, Value), ApiError> {
-        let transport = |reason: String| ApiError::Transport {
-            what: what.to_string(),
-            reason,
-        };
-        let mut req = Request::builder()
-            .method(method)
-            .uri(url)
-            .header("Accept", "application/json")
-            .header("User-Agent", "magnum-conductor-rs");
-        if let Some(t) = token {
-            req = req.header("X-Auth-Token", t.expose());
-        }
-        let bytes = match body {
-            Some(b) => {
-                req = req.header("Content-Type", "application/json");
-                Bytes::from(b.to_string())
-            }
-            None => Bytes::new(),
-        };
-        let req = req
-            .body(Full::new(bytes))
-            .map_err(|e| transport(e.to_string()))?;
-        let resp = tokio::time::timeout(TIMEOUT, self.http.request(req))
+        self.http
+            .send(what, method, url, token.map(Secret::expose), body)
             .await
-            .map_err(|_| transport(format!("no answer from {url} within {TIMEOUT:?}")))?
-            .map_err(|e| transport(format!("{url}: {e}")))?;
-        let status = resp.status();
-        let headers = resp.headers().clone();
-        let body = tokio::time::timeout(TIMEOUT, resp.into_body().collect())
-            .await
-            .map_err(|_| transport(format!("{url}: the body timed out")))?
-            .map_err(|e| transport(format!("{url}: {e}")))?
-            .to_bytes();
-        let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        if !status.is_success() {
-            let message = error_message(&json).unwrap_or_else(|| {
-                let text = String::from_utf8_lossy(&body);
-                let t = text.trim();
-                if t.is_empty() {
-                    status.canonical_reason().unwrap_or("").to_string()
-                } else {
-                    t.chars().take(300).collect()
-                }
-            });
-            return Err(ApiError::Status {
-                what: what.to_string(),
-                status: status.as_u16(),
-                message,
-            });
-        }
-        Ok((status, headers, json))
     }
 
     /// A token for the cluster's application credential, and its catalog.

@@ -11,20 +11,14 @@
 //! Tokens, passwords and credential secrets are [`Secret`]s: never logged.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use bytes::Bytes;
 use common::config::KeystoneAuthOpts;
 use common::secret::Secret;
-use http::{Method, Request, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use http::{Method, StatusCode};
 use rpc_schema::context::RequestContext;
 use serde_json::{Value, json};
 
-const TIMEOUT: Duration = Duration::from_secs(30);
+use crate::cloud::api::{ApiError, JsonHttp};
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeystoneError {
@@ -40,12 +34,11 @@ pub enum KeystoneError {
     Config(String),
 }
 
-type Https = hyper_rustls::HttpsConnector<HttpConnector>;
-
-/// One HTTP client for every Keystone call of the process.
+/// One HTTP client for every Keystone call of the process
+/// ([`JsonHttp`], shared with the cloud clean-up's client).
 #[derive(Clone)]
 pub struct Keystone {
-    http: Client<Https, Full<Bytes>>,
+    http: JsonHttp,
     auth: Arc<KeystoneAuthOpts>,
 }
 
@@ -86,38 +79,10 @@ fn v3(base: &str, path: &str) -> String {
     format!("{b}/v3/{path}")
 }
 
-/// TLS roots: the system's and the cloud's private CA bundle, if any.
-pub(crate) fn tls(ca_file: Option<&str>) -> Result<rustls::ClientConfig, KeystoneError> {
-    let mut roots = rustls::RootCertStore::empty();
-    let native = rustls_native_certs::load_native_certs();
-    for c in native.certs {
-        let _ = roots.add(c);
-    }
-    if let Some(path) = ca_file {
-        use rustls_pki_types::pem::PemObject;
-        let certs = rustls_pki_types::CertificateDer::pem_file_iter(path)
-            .map_err(|e| KeystoneError::Config(format!("cafile {path}: {e}")))?;
-        for c in certs {
-            let c = c.map_err(|e| KeystoneError::Config(format!("cafile {path}: {e}")))?;
-            roots
-                .add(c)
-                .map_err(|e| KeystoneError::Config(format!("cafile {path}: {e}")))?;
-        }
-    }
-    Ok(rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth())
-}
-
 impl Keystone {
     pub fn new(auth: KeystoneAuthOpts) -> Result<Keystone, KeystoneError> {
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls(auth.cafile.as_deref())?)
-            .https_or_http()
-            .enable_http1()
-            .build();
         Ok(Keystone {
-            http: Client::builder(TokioExecutor::new()).build(connector),
+            http: JsonHttp::new(auth.cafile.as_deref()).map_err(KeystoneError::Config)?,
             auth: Arc::new(auth),
         })
     }
@@ -130,64 +95,20 @@ impl Keystone {
         token: Option<&str>,
         body: Option<&Value>,
     ) -> Result<(StatusCode, http::HeaderMap, Value), KeystoneError> {
-        let mut req = Request::builder()
-            .method(method)
-            .uri(url)
-            .header("Accept", "application/json")
-            .header("User-Agent", "magnum-conductor-rs");
-        if let Some(t) = token {
-            req = req.header("X-Auth-Token", t);
-        }
-        let bytes = match body {
-            Some(b) => {
-                req = req.header("Content-Type", "application/json");
-                Bytes::from(b.to_string())
-            }
-            None => Bytes::new(),
-        };
-        let req = req
-            .body(Full::new(bytes))
-            .map_err(|e| KeystoneError::Transport {
-                what,
-                reason: e.to_string(),
-            })?;
-        let resp = tokio::time::timeout(TIMEOUT, self.http.request(req))
+        self.http
+            .send(what, method, url, token, body)
             .await
-            .map_err(|_| KeystoneError::Transport {
-                what,
-                reason: format!("no answer from {url} within {TIMEOUT:?}"),
-            })?
-            .map_err(|e| KeystoneError::Transport {
-                what,
-                reason: format!("{url}: {e}"),
-            })?;
-        let status = resp.status();
-        let headers = resp.headers().clone();
-        let body = tokio::time::timeout(TIMEOUT, resp.into_body().collect())
-            .await
-            .map_err(|_| KeystoneError::Transport {
-                what,
-                reason: "body timed out".into(),
-            })?
-            .map_err(|e| KeystoneError::Transport {
-                what,
-                reason: e.to_string(),
-            })?
-            .to_bytes();
-        let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        if !status.is_success() {
-            let message = json
-                .pointer("/error/message")
-                .and_then(Value::as_str)
-                .unwrap_or_else(|| status.canonical_reason().unwrap_or(""))
-                .to_string();
-            return Err(KeystoneError::Status {
-                what,
-                status: status.as_u16(),
-                message,
-            });
-        }
-        Ok((status, headers, json))
+            .map_err(|e| match e {
+                ApiError::Status {
+                    status, message, ..
+                } => KeystoneError::Status {
+                    what,
+                    status,
+                    message,
+                },
+                ApiError::Transport { reason, .. } => KeystoneError::Transport { what, reason },
+                ApiError::Config(m) => KeystoneError::Config(m),
+            })
     }
 
     /// The public identity endpoint for a request (catalog, else config).
