@@ -94,9 +94,12 @@ impl std::fmt::Debug for CloudConfig {
     }
 }
 
+/// CAAPH's HelmChartProxy apiVersion, on both lines.
+pub const HCP_API: &str = "addons.cluster.x-k8s.io/v1alpha1";
+
 fn hcp(c: &ClusterInput, addon: &str, chart: &Chart, namespace: &str, values: String) -> Value {
     json!({
-        "apiVersion": "addons.cluster.x-k8s.io/v1alpha1",
+        "apiVersion": HCP_API,
         "kind": "HelmChartProxy",
         "metadata": {"name": object_name(&c.stack_id, addon), "namespace": c.namespace,
                      "labels": {UUID_LABEL: c.cluster_uuid, PROJECT_LABEL: c.project_id, CLUSTER_NAME_LABEL: c.stack_id}},

@@ -165,7 +165,8 @@ pub const ADOPTED_TWIN_ANNOTATION: &str = "magnum.openstack.org/adopted-as-templ
 pub const DELETE_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/delete-machine";
 pub const AUTOSCALER_MIN: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size";
 pub const AUTOSCALER_MAX: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size";
-const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
+/// CAPO's apiVersion (OpenStackCluster, OpenStackMachineTemplate), on both lines.
+pub const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
 
 /// The ownerReferences an object of `kind` carries to its CAPI Cluster, as
 /// CAPI itself sets them, given the plain reference `owner` ({apiVersion,

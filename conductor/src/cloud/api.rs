@@ -416,7 +416,16 @@ impl CloudApi {
             let (_, _, body) = self
                 .send(what, Method::GET, &u, Some(&s.token), None)
                 .await?;
-            out.extend(body[key].as_array().cloned().unwrap_or_default());
+            // An answer without the list (a proxy's page, another API) is
+            // an error: read as empty, it would let the clean-up finish
+            // with everything left behind.
+            let Some(items) = body[key].as_array() else {
+                return Err(ApiError::Transport {
+                    what: what.to_string(),
+                    reason: format!("{u}: the answer has no `{key}` list"),
+                });
+            };
+            out.extend(items.iter().cloned());
             next = body[format!("{key}_links")]
                 .as_array()
                 .into_iter()

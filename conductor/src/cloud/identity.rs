@@ -356,11 +356,7 @@ pub fn plan(scope: &Scope, inv: &Inventory) -> Plan {
             p.delete.push(Item {
                 kind: Kind::FloatingIp,
                 id: fip.id.clone(),
-                label: if fip.address.is_empty() {
-                    fip.id.clone()
-                } else {
-                    fip.address.clone()
-                },
+                label: name_or_id(&fip.address, &fip.id),
                 status: String::new(),
             });
         }
@@ -403,7 +399,10 @@ pub fn plan(scope: &Scope, inv: &Inventory) -> Plan {
     }
     // A snapshot is the cluster's when tagged or of one of its volumes; it
     // goes unless kept, or its volume is kept (it is that volume's data).
+    // Volumes with a snapshot still there (Cinder refuses to delete them),
+    // and those with a kept snapshot (kept with it: it is that volume's data).
     let mut snapshots_left: BTreeSet<&str> = BTreeSet::new();
+    let mut kept_snapshot: BTreeSet<&str> = BTreeSet::new();
     for s in &inv.snapshots {
         let of_ours = volumes_going.contains(s.volume_id.as_str())
             || volumes_kept.contains(s.volume_id.as_str());
@@ -413,28 +412,22 @@ pub fn plan(scope: &Scope, inv: &Inventory) -> Plan {
         let item = Item {
             kind: Kind::Snapshot,
             id: s.id.clone(),
-            label: if s.name.is_empty() {
-                s.id.clone()
-            } else {
-                s.name.clone()
-            },
+            label: name_or_id(&s.name, &s.id),
             status: s.status.clone(),
         };
         if scope.volumes == VolumesPolicy::Keep
             || marked_keep(&s.metadata)
             || volumes_kept.contains(s.volume_id.as_str())
         {
+            kept_snapshot.insert(s.volume_id.as_str());
             p.keep.push(item);
-        } else if snapshot_deletable(&s.status) {
-            snapshots_left.insert(s.volume_id.as_str());
-            p.delete.push(item);
         } else {
             snapshots_left.insert(s.volume_id.as_str());
-            p.wait.push(item);
-        }
-        if p.keep.last().is_some_and(|k| k.id == s.id) {
-            // A kept snapshot keeps its volume (Cinder would refuse it).
-            snapshots_left.insert(s.volume_id.as_str());
+            if snapshot_deletable(&s.status) {
+                p.delete.push(item);
+            } else {
+                p.wait.push(item);
+            }
         }
     }
     for v in &inv.volumes {
@@ -444,18 +437,10 @@ pub fn plan(scope: &Scope, inv: &Inventory) -> Plan {
         let item = Item {
             kind: Kind::Volume,
             id: v.id.clone(),
-            label: if v.name.is_empty() {
-                v.id.clone()
-            } else {
-                v.name.clone()
-            },
+            label: name_or_id(&v.name, &v.id),
             status: v.status.clone(),
         };
-        let kept_snapshot = p
-            .keep
-            .iter()
-            .any(|k| k.kind == Kind::Snapshot && snapshot_volume(inv, &k.id) == Some(&v.id));
-        if !volumes_going.contains(v.id.as_str()) || kept_snapshot {
+        if !volumes_going.contains(v.id.as_str()) || kept_snapshot.contains(v.id.as_str()) {
             p.keep.push(item);
         } else if snapshots_left.contains(v.id.as_str()) || !volume_deletable(&v.status) {
             p.wait.push(item);
@@ -466,11 +451,9 @@ pub fn plan(scope: &Scope, inv: &Inventory) -> Plan {
     p
 }
 
-fn snapshot_volume<'a>(inv: &'a Inventory, snapshot: &str) -> Option<&'a String> {
-    inv.snapshots
-        .iter()
-        .find(|s| s.id == snapshot)
-        .map(|s| &s.volume_id)
+/// What people see for a resource: its name, else its id.
+fn name_or_id(name: &str, id: &str) -> String {
+    if name.is_empty() { id } else { name }.to_string()
 }
 
 /// `status_reason` while the clean-up waits: what it waits for, and the

@@ -25,7 +25,9 @@ use serde_json::{Value, json};
 use super::engine::{Engine, dynamic_api};
 use super::error::StepError;
 use super::rows;
+use crate::capi::addons::HCP_API;
 use crate::capi::naming::object_name;
+use crate::capi::render::INFRA;
 use crate::cloud::api::Credential;
 use crate::cloud::identity::{
     self, CLEANUP_FINALIZER, IDENTITY_ANNOTATION, Scope, VOLUMES_POLICY_LABEL, VolumesPolicy,
@@ -37,9 +39,6 @@ pub const SINCE_ANNOTATION: &str = "magnum.openstack.org/cloud-cleanup-since";
 
 /// A waiting clean-up's next look.
 pub(in crate::lifecycle) const CLEANUP_EVERY: Duration = Duration::from_secs(5);
-
-const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
-const HCP: &str = "addons.cluster.x-k8s.io/v1alpha1";
 
 /// What a clean-up pass came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +85,7 @@ impl Engine {
         let api = dynamic_api(
             &self.0.client,
             ns,
-            HCP,
+            HCP_API,
             "HelmChartProxy",
             "helmchartproxies",
         );
@@ -140,7 +139,7 @@ impl Engine {
             else {
                 return Ok(());
             };
-            let identity = match annotation(&osc, IDENTITY_ANNOTATION) {
+            let identity = match annotation(&osc, IDENTITY_ANNOTATION).filter(|i| !i.is_empty()) {
                 Some(i) => i.to_string(),
                 None => match self.occm_values(&ns, stack).await? {
                     Some(v) => identity::identity_from_occm_values(Some(&v), uuid),
@@ -296,6 +295,7 @@ impl Engine {
         };
         let scope = Scope {
             identity: annotation(&osc, IDENTITY_ANNOTATION)
+                .filter(|i| !i.is_empty())
                 .unwrap_or(&uuid)
                 .to_string(),
             own_network,
@@ -380,16 +380,28 @@ impl Engine {
     }
 
     /// Look at this cluster again in `after` (a clean-up waiting on
-    /// OpenStack: no watch event says when it is done).
+    /// OpenStack: no watch event says when it is done). One look pending
+    /// per cluster: passes that watch events cause meanwhile add none, so
+    /// the looks do not multiply over a long wait.
     pub(in crate::lifecycle) fn kick_later(&self, cluster: &MagnumObject, after: Duration) {
-        let Some(stack) = cluster.get_str("stack_id") else {
+        let uuid = cluster.get_str("uuid").unwrap_or_default().to_string();
+        let already = self
+            .0
+            .cleanup_kicks
+            .lock()
+            .map(|mut pending| !pending.insert(uuid.clone()))
+            .unwrap_or(false);
+        if already {
             return;
-        };
-        let kick = super::watch::Kick::Cluster(self.namespace_of(cluster), stack.to_string());
-        let kicks = self.0.kicks.clone();
+        }
+        let kick = self.kick_of(cluster);
+        let engine = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep(after).await;
-            kicks.send(kick);
+            if let Ok(mut pending) = engine.0.cleanup_kicks.lock() {
+                pending.remove(&uuid);
+            }
+            engine.0.kicks.send(kick);
         });
     }
 }

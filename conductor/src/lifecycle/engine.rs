@@ -66,6 +66,8 @@ pub(super) struct Inner {
     pub(super) cloud: crate::cloud::api::CloudApi,
     /// Deleting clusters whose clean-up waits on OpenStack.
     pub(super) cleanup_waiting: Mutex<HashSet<String>>,
+    /// Of those, the ones with a look already scheduled.
+    pub(super) cleanup_kicks: Mutex<HashSet<String>>,
 }
 
 /// What the engine works with (one of each per process).
@@ -204,6 +206,7 @@ impl Engine {
             update_seen: Mutex::new(HashMap::new()),
             cloud,
             cleanup_waiting: Mutex::new(HashSet::new()),
+            cleanup_kicks: Mutex::new(HashSet::new()),
         }));
         tokio::spawn(engine.clone().status_worker(rx));
         tokio::spawn(engine.clone().lead());
@@ -226,13 +229,17 @@ impl Engine {
         rows::namespace(&self.0.capi.namespace_prefix, cluster)
     }
 
-    /// Ask the status worker to look at this cluster.
-    pub(super) fn kick_cluster(&self, cluster: &MagnumObject) {
-        let kick = match cluster.get_str("stack_id") {
+    /// What names this cluster to the status worker.
+    pub(super) fn kick_of(&self, cluster: &MagnumObject) -> Kick {
+        match cluster.get_str("stack_id") {
             Some(s) => Kick::Cluster(self.namespace_of(cluster), s.to_string()),
             None => Kick::Uuid(cluster.get_str("uuid").unwrap_or_default().to_string()),
-        };
-        self.0.kicks.send(kick);
+        }
+    }
+
+    /// Ask the status worker to look at this cluster.
+    pub(super) fn kick_cluster(&self, cluster: &MagnumObject) {
+        self.0.kicks.send(self.kick_of(cluster));
     }
 
     /// What the watch caches hold for this cluster.
