@@ -39,7 +39,7 @@ echo "--- management cluster: a real kube-apiserver with the $line CRDs (../shar
 "$shared_k8s/up.sh" "$work/k8s" --crds "$line" > "$work/k8s-up.log" 2>&1 \
   || { cat "$work/k8s-up.log"; exit 1; }
 kc=(kubectl --kubeconfig "$work/k8s/kubeconfig")
-echo "    $(grep server: "$work/k8s/kubeconfig" | awk '{print $2}'), $("${kc[@]}" get crd -o name | wc -l) CRDs"
+echo "    $(grep -o -m1 'https://[^ ,}"]*' "$work/k8s/kubeconfig"), $("${kc[@]}" get crd -o name | wc -l) CRDs"
 target/debug/capi-sim --kubeconfig "$work/k8s/kubeconfig" --line "$line" --tick-ms 100 \
   --ready-file "$work/sim.url" > "$work/sim.log" 2>&1 &
 sim=$!

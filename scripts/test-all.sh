@@ -21,7 +21,11 @@ stage "lint: shellcheck (scripts), ansible-lint production profile (deploy/ansib
 shellcheck scripts/*.sh .ci/run
 (cd deploy/ansible && PATH="$ANSIBLE_LINT_VENV/bin:$PATH" ansible-lint --profile production --offline --nocolor -q)
 stage "no crash-point code in a build without the failpoints feature"
-cargo build -p conductor --bin magnum-conductor --quiet
+# Built with the workspace selected (not `-p conductor`), so that Cargo
+# resolves the dependencies' features as for the builds below (tokio,
+# serde_json and tokio-rustls gain features from the test crates): each
+# dependency is compiled once for all of them, not twice.
+cargo build --workspace --bin magnum-conductor --quiet
 if grep -a -q -e MAGNUM_CONDUCTOR_FAILPOINT -e "failpoint reached" target/debug/magnum-conductor; then
   echo "crash-point code found in a build without the failpoints feature" >&2
   exit 1

@@ -219,7 +219,7 @@ class Sim:
     given): `kubeconfig` is the fault-injecting proxy's (what conductors
     use), `cp.kubeconfig` the apiserver's own."""
 
-    def __init__(self, tmp, line, tick_ms=20, cp=None, namespace=None, workload_apiservers=False):
+    def __init__(self, tmp, line, tick_ms=20, cp=None, namespace=None, workload_apiservers=False, openstack=False):
         self.own_cp = cp is None
         self.cp = cp or control_plane(line)
         self.kube = self.cp.kube
@@ -232,7 +232,8 @@ class Sim:
         self.proc = subprocess.Popen([SIM_BIN, "--kubeconfig", self.cp.kubeconfig, "--line", line,
                                       "--tick-ms", str(tick_ms), "--proxy-kubeconfig", self.kubeconfig,
                                       "--ready-file", str(ready),
-                                      *(["--workload-apiservers"] if workload_apiservers else [])],
+                                      *(["--workload-apiservers"] if workload_apiservers else []),
+                                      *(["--openstack"] if openstack else [])],
                                      stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 120
         while not ready.exists() or ready.stat().st_size == 0:

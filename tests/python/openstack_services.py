@@ -117,8 +117,11 @@ class Neutron:
         assert out.returncode == 0, out.stderr[-2000:]
         env = dict(os.environ, OS_NEUTRON_CONFIG_FILES=conf, PYTHONWARNINGS="ignore")
         self.proc = subprocess.Popen(
-            [f"{VENV}/bin/gunicorn", "--chdir", self.dir, "-b", f"127.0.0.1:{self.port}", "-w", "1",
-             "--pid", os.path.join(self.dir, "gunicorn.pid"), "neutron_app:application"],
+            # Two workers, and no 30 s limit per request: a loaded 2-core
+            # machine has seen a router's first interface take longer (its
+            # L3 notifications), and one slow request must not hold the rest.
+            [f"{VENV}/bin/gunicorn", "--chdir", self.dir, "-b", f"127.0.0.1:{self.port}", "-w", "2",
+             "--timeout", "300", "--pid", os.path.join(self.dir, "gunicorn.pid"), "neutron_app:application"],
             stdout=open(os.path.join(self.dir, "gunicorn.out"), "w"), stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         wait_http(f"{self.url}/v2.0/networks", [self.proc], [os.path.join(self.dir, "gunicorn.out")], "Neutron")
@@ -128,10 +131,12 @@ class Neutron:
 
 
 class Octavia:
-    def __init__(self, d, db_name):
+    def __init__(self, d, db_name, neutron=None):
         """Start the API server and the driver agent in directory `d` with a
         fresh database `db_name`. `stall(lb_id)` makes the provider hold that
-        load balancer's deletion until `release(lb_id)`."""
+        load balancer's deletion until `release(lb_id)`. With `neutron` (its
+        URL), VIP ports are real ports there (the provider's
+        `create_vip_port`)."""
         self.dir = str(d)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -154,6 +159,8 @@ class Octavia:
         assert out.returncode == 0, out.stderr[-2000:]
         os.makedirs(os.path.join(self.dir, "stall"), exist_ok=True)
         env = dict(os.environ, PYTHONWARNINGS="ignore", OCTAVIA_TEST_PROVIDER_DIR=self.dir)
+        if neutron:
+            env["OCTAVIA_TEST_PROVIDER_NEUTRON"] = neutron
         self.procs, logs = start([f"{VENV}/bin/octavia-driver-agent", f"{VENV}/bin/octavia-api"], conf, env,
                                  self.dir)
         wait_http(f"{self.url}/", self.procs, logs, "Octavia")

@@ -5,24 +5,27 @@ Neutron (29.0.0), Octavia (19.0.0) and Cinder (29.0.0) in its catalog
 
 The conductor creates the cluster's application credential (per cluster,
 as in production); its addons carry the cluster's identity (its uuid) as
-OCCM's `cluster.name` and Cinder CSI's `clusterID`. What OCCM makes in the
-cloud for a Service of type LoadBalancer is made here through the real
-APIs with OCCM's names and texts (cloud-provider-openstack
-`pkg/openstack/loadbalancer.go`): the load balancer
-`kube_service_<cluster>_<ns>_<svc>` described `Kubernetes external service
-<ns>/<svc> from cluster <cluster>` (`GetLoadBalancerName`,
-`createOctaviaLoadBalancer`), its floating IP `Floating IP for Kubernetes
-external service <ns>/<svc> from cluster <cluster>`, its security group
-`Security Group for <ns>/<svc> Service LoadBalancer in cluster <cluster>`
-(`ensureSecurityGroup`). Beside them: another cluster's, one whose identity
-extends ours, a pre-identity cluster's (`kubernetes`) and the project's own.
-What Cinder CSI makes for a PersistentVolumeClaim is made through Cinder's
-API as alice, with the metadata `cinder.csi.openstack.org/cluster=<id>`
-(cloud-provider-openstack `pkg/csi/cinder/controllerserver.go`,
-`CreateVolume` and `CreateSnapshot`: the `cinderCSIClusterIDKey` property).
+OCCM's `cluster.name` and Cinder CSI's `clusterID`. capi-sim
+(`--openstack --workload-apiservers`, tests/capi-sim/src/cloud.rs, each
+step cited there) plays CAPO with that credential: the cluster's network,
+subnet, router, security groups and API load balancer with its floating
+IP are made in Neutron and Octavia, and on delete removed in CAPO's
+order, Neutron refusing the network (409) while a port is on it. In each
+workload cluster's real apiserver it plays OCCM and Cinder CSI with the
+addons' values: a Service of type LoadBalancer gets its load balancer
+`kube_service_<cluster>_<ns>_<svc>` on the cluster's subnet, whose VIP
+port is a real Neutron port (the suite's Octavia provider makes it as
+Octavia's allowed-address-pairs driver does), and its floating IP; a
+claim gets its Cinder volume with `cinder.csi.openstack.org/cluster`.
 
-Not yet here: OCCM and CSI played by capi-sim inside workload clusters,
-and CAPO's own network in Neutron (capi-sim's CAPO still makes up its ids)."""
+Made here through the real APIs with OCCM's and CSI's names and texts
+(cloud-provider-openstack `pkg/openstack/loadbalancer.go`,
+`pkg/csi/cinder/controllerserver.go`): what the simulation does not
+cover (OCCM's security groups, made only with `manage-security-groups`;
+CSI snapshots, whose VolumeSnapshot kinds the workload apiservers lack),
+and the resources that must survive: another cluster's identity, one that
+extends ours, a pre-identity cluster's (`kubernetes`) and the project's
+own."""
 import base64
 import json
 import os
@@ -50,7 +53,7 @@ def cloud(tmp_path_factory):
     # Cinder's service user, as a deployment makes it.
     user_with_role(url, admin, "service", "cinder", "cinder-pw", "admin")
     neutron = Neutron(tmp_path_factory.mktemp("neutron"), f"neutron_cleanup_{os.getpid()}")
-    octavia = Octavia(tmp_path_factory.mktemp("octavia"), f"octavia_cleanup_{os.getpid()}")
+    octavia = Octavia(tmp_path_factory.mktemp("octavia"), f"octavia_cleanup_{os.getpid()}", neutron=neutron.url)
     cinder = Cinder(tmp_path_factory.mktemp("cinder"), f"cinder_cleanup_{os.getpid()}", new_vhost("cinder"),
                     url, "cinder-pw")
     for kind, name, where in (("network", "neutron", neutron.url), ("load-balancer", "octavia", octavia.url),
@@ -94,10 +97,12 @@ def api(c, service, method, path, body=None, ok=(200, 201, 202, 204)):
 @pytest.fixture(scope="module", params=["v1beta1", "v1beta2"])
 def env(cloud, tmp_path_factory, request):
     token, body = password_token(cloud["url"], "alice", "alice-pw", project_id=cloud["project"])
-    conf = (f"cloud_cleanup_timeout = 20\n\n[keystone_auth]\nauth_url = {cloud['url']}\nusername = admin\n"
+    # The clean-up's timeout: long enough for a loaded CI machine's
+    # Octavia to finish deleting, short enough to reach DELETE_FAILED.
+    conf = (f"cloud_cleanup_timeout = 60\n\n[keystone_auth]\nauth_url = {cloud['url']}\nusername = admin\n"
             f"password = {cloud['admin_pw']}\nuser_domain_name = Default\nsystem_scope = all\n")
     e = Env(tmp_path_factory.mktemp("cleanup"), request.param, credentials="", extra=conf, cloud_cleanup=True,
-            client_env=dict(MC_USER=cloud["user"], MC_TOKEN=token, MC_TOKEN_INFO=json.dumps(body)))
+            openstack=True, client_env=dict(MC_USER=cloud["user"], MC_TOKEN=token, MC_TOKEN_INFO=json.dumps(body)))
     yield e
     e.close()
 
@@ -160,16 +165,120 @@ def project_resources(c):
             {s["id"] for s in sgs if s["name"] != "default"})
 
 
-def created(env, c):
-    uuid = env.client("create", env.template, json.dumps({"master_count": 1, "node_count": 1}),
-                      project=c["project"])["uuid"]
-    got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] != "CREATE_IN_PROGRESS")
-    assert got["cluster"]["status"] == "CREATE_COMPLETE", seen
-    return uuid, got["cluster"]["stack_id"]
+LABELS = {"kube_tag": "v1.30.4", "auto_healing_enabled": "true", "octavia_provider": "test"}
+
+
+def created(env, c, n=1, labels=None):
+    """`n` clusters of alice's, CREATE_COMPLETE: [(uuid, stack_id)] (one
+    pair when n == 1). Their load balancers use the suite's Octavia
+    provider (`octavia_provider`)."""
+    uuids = [env.client("create", env.template, json.dumps({
+        "master_count": 1, "node_count": 1, "cluster": {"labels": {**LABELS, **(labels or {})}}}),
+        project=c["project"])["uuid"] for _ in range(n)]
+    out = []
+    for uuid in uuids:
+        got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] != "CREATE_IN_PROGRESS")
+        assert got["cluster"]["status"] == "CREATE_COMPLETE", seen
+        out.append((uuid, got["cluster"]["stack_id"]))
+    return out[0] if n == 1 else out
 
 
 def osc_path(c, stack_id):
     return f"/apis/infrastructure.cluster.x-k8s.io/v1beta1/namespaces/magnum-{c['project']}/openstackclusters/{stack_id}"
+
+
+def capo_name(c, stack_id):
+    """CAPO's name of the cluster's network, subnet and router
+    (`k8s-clusterapi-cluster-<namespace>-<name>`)."""
+    return f"k8s-clusterapi-cluster-magnum-{c['project']}-{stack_id}"
+
+
+def capo_made(c, stack_id):
+    """What capi-sim's CAPO made for the cluster, found by CAPO's
+    description ("Created by cluster-api-provider-openstack cluster
+    <ns>-<name>"): (load balancers, floating IPs, security groups)."""
+    d = f"Created by cluster-api-provider-openstack cluster magnum-{c['project']}-{stack_id}"
+    lbs = api(c, "octavia", "GET", f"/v2/lbaas/loadbalancers?project_id={c['project']}")["loadbalancers"]
+    fips = api(c, "neutron", "GET", f"/v2.0/floatingips?project_id={c['project']}")["floatingips"]
+    sgs = api(c, "neutron", "GET", f"/v2.0/security-groups?project_id={c['project']}")["security_groups"]
+    return ({x["id"] for x in lbs if x["description"] == d and x["provisioning_status"] != "DELETED"},
+            {x["id"] for x in fips if x["description"] == d}, {x["id"] for x in sgs if x["description"] == d})
+
+
+def network_left(c, stack_id):
+    """The cluster's network, subnet, router and the ports on its network
+    that Neutron still has (names; empty once CAPO's delete finished)."""
+    name = capo_name(c, stack_id)
+    left = []
+    for kind in ("networks", "subnets", "routers"):
+        left += [f"{kind[:-1]} {x['name']}" for x in api(c, "neutron", "GET", f"/v2.0/{kind}?name={name}")[kind]]
+    for net in api(c, "neutron", "GET", f"/v2.0/networks?name={name}")["networks"]:
+        left += [f"port {p['name']} ({p['device_owner']})"
+                 for p in api(c, "neutron", "GET", f"/v2.0/ports?network_id={net['id']}")["ports"]]
+    return left
+
+
+def workload(env, c, stack_id):
+    """The administrator kubeconfig of the cluster's workload apiserver."""
+    key = f"magnum-{c['project']}/{stack_id}"
+    deadline = time.time() + 120
+    while (kc := env.sim.get("/_sim/workload-apiservers")["kubeconfigs"].get(key)) is None:
+        assert time.time() < deadline, f"no workload apiserver for {key}"
+        time.sleep(0.2)
+    return kc
+
+
+def kubectl(kc, *args, manifest=None):
+    out = subprocess.run(["kubectl", "--kubeconfig", kc, *args], input=json.dumps(manifest) if manifest else None,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout) if "-o" in args and "json" in args else out.stdout
+
+
+def expose(env, c, stack_id, identity, service="default/web"):
+    """A Service of type LoadBalancer in the cluster's own apiserver; once
+    simulated OCCM has answered it: (load balancer, floating IP) ids, from
+    Octavia and Neutron."""
+    kc = workload(env, c, stack_id)
+    ns, name = service.split("/")
+    if ns != "default":
+        kubectl(kc, "apply", "-f", "-", manifest={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    kubectl(kc, "apply", "-f", "-", manifest={
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
+        "spec": {"type": "LoadBalancer", "selector": {"app": name}, "ports": [{"port": 80, "protocol": "TCP"}]}})
+    deadline = time.time() + 120
+    lb_name = f"kube_service_{identity}_{ns}_{name}"
+    while True:
+        svc = kubectl(kc, "get", "service", "-n", ns, name, "-o", "json")
+        ingress = svc.get("status", {}).get("loadBalancer", {}).get("ingress")
+        if ingress:
+            break
+        assert time.time() < deadline, (svc, env.sim.get("/_sim/cloud"))
+        time.sleep(0.3)
+    lb = api(c, "octavia", "GET", f"/v2/lbaas/loadbalancers?name={lb_name}&project_id={c['project']}")["loadbalancers"]
+    assert [x["id"] for x in lb] == [svc["metadata"]["annotations"]["loadbalancer.openstack.org/load-balancer-id"]]
+    assert lb[0]["description"] == f"Kubernetes external service {service} from cluster {identity}"
+    fip = api(c, "neutron", "GET", f"/v2.0/floatingips?port_id={lb[0]['vip_port_id']}")["floatingips"]
+    assert [f["floating_ip_address"] for f in fip] == [ingress[0]["ip"]]
+    return lb[0]["id"], fip[0]["id"]
+
+
+def claim(env, c, stack_id, name, ns="default"):
+    """A PersistentVolumeClaim in the cluster's own apiserver; once
+    simulated Cinder CSI has bound it: its Cinder volume's id."""
+    kc = workload(env, c, stack_id)
+    kubectl(kc, "apply", "-f", "-", manifest={
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": ns},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "csi-cinder-sc-delete",
+                 "resources": {"requests": {"storage": "1Gi"}}}})
+    deadline = time.time() + 120
+    while (pvc := kubectl(kc, "get", "pvc", "-n", ns, name, "-o", "json")).get("status", {}).get("phase") != "Bound":
+        assert time.time() < deadline, (pvc, env.sim.get("/_sim/cloud"))
+        time.sleep(0.3)
+    pv = kubectl(kc, "get", "pv", pvc["spec"]["volumeName"], "-o", "json")
+    vol = api(c, "cinder", "GET", f"/volumes/{pv['spec']['csi']['volumeHandle']}")["volume"]
+    assert vol["name"] == f"pvc-{pvc['metadata']['uid']}" and vol["status"] == "available", vol
+    return vol["id"]
 
 
 def others(c, uuid):
@@ -191,7 +300,9 @@ def others(c, uuid):
 
 
 def as_sets(triples):
-    return tuple({t[i] for t in triples} for i in range(3))
+    """(load balancers, floating IPs, security groups) of (lb, fip, sg)
+    triples; None: not made (OCCM makes no group by default)."""
+    return tuple({t[i] for t in triples} - {None} for i in range(3))
 
 
 def cleanup_all(c):
@@ -223,6 +334,17 @@ def cleanup_all(c):
     _, fips, sgs = project_resources(c)
     for f in fips:
         api(c, "neutron", "DELETE", f"/v2.0/floatingips/{f}", ok=(204, 404))
+    for r in api(c, "neutron", "GET", f"/v2.0/routers?project_id={c['project']}")["routers"]:
+        for p in api(c, "neutron", "GET", f"/v2.0/ports?device_id={r['id']}")["ports"]:
+            for ip in p["fixed_ips"]:
+                api(c, "neutron", "PUT", f"/v2.0/routers/{r['id']}/remove_router_interface",
+                    {"subnet_id": ip["subnet_id"]}, ok=(200, 404))
+        api(c, "neutron", "DELETE", f"/v2.0/routers/{r['id']}", ok=(204, 404))
+    for n in api(c, "neutron", "GET", f"/v2.0/networks?project_id={c['project']}")["networks"]:
+        for p in api(c, "neutron", "GET", f"/v2.0/ports?network_id={n['id']}")["ports"]:
+            api(c, "neutron", "DELETE", f"/v2.0/ports/{p['id']}", ok=(204, 404))
+        if n["id"] != c["tenant"]:
+            api(c, "neutron", "DELETE", f"/v2.0/networks/{n['id']}", ok=(204, 404))
     for s in sgs:
         api(c, "neutron", "DELETE", f"/v2.0/security-groups/{s}", ok=(204, 404))
 
@@ -234,48 +356,76 @@ def empty_project(cloud):
     yield
 
 
+def minus(triple, *others):
+    return tuple(triple[i] - set().union(*(o[i] for o in others)) for i in range(3))
+
+
 def test_delete_removes_only_this_clusters_resources(env, cloud):
     c = cloud
-    uuid, stack_id = created(env, c)
+    (uuid, stack_id), (uuid2, stack2) = created(env, c, n=2)
     # The addons run with the cluster's identity.
     ns = f"magnum-{c['project']}"
     occm = env.sim.get(f"/apis/addons.cluster.x-k8s.io/v1alpha1/namespaces/{ns}/helmchartproxies/{stack_id}-openstack-ccm")
     csi = env.sim.get(f"/apis/addons.cluster.x-k8s.io/v1alpha1/namespaces/{ns}/helmchartproxies/{stack_id}-cinder-csi")
     assert f'cluster:\n  name: "{uuid}"\n' in occm["spec"]["valuesTemplate"]
     assert f'clusterID: "{uuid}"\n' in csi["spec"]["valuesTemplate"]
+    # CAPO's network is real: the OpenStackCluster names what Neutron has.
+    osc = env.sim.get(osc_path(c, stack_id))["status"]
+    net = api(c, "neutron", "GET", f"/v2.0/networks/{osc['network']['id']}")["network"]
+    assert net["name"] == capo_name(c, stack_id) == osc["network"]["name"]
 
-    ours = [occm_resources(c, uuid), occm_resources(c, uuid, "shop/api")]
-    kept = others(c, uuid)
+    # Both clusters expose default/web: two load balancers, one each.
+    web, web2 = expose(env, c, stack_id, uuid), expose(env, c, stack2, uuid2)
+    assert web[0] != web2[0] and web[1] != web2[1]
+    ours = [web + (None,), occm_resources(c, uuid, "shop/api")]
+    kept = others(c, uuid) + [web2 + (None,)]
     # Three claims' volumes and a snapshot of one (it must go first: Cinder
-    # refuses a volume with snapshots); one marked to keep; another
-    # cluster's; the project's own.
-    our_vols = [volume(c, f"pvc-{i}", uuid) for i in range(3)]
+    # refuses a volume with snapshots); one marked to keep; the other
+    # cluster's claim; an identity extending ours; the project's own.
+    our_vols = [claim(env, c, stack_id, f"data-{i}") for i in range(3)]
     snapshot(c, our_vols[0], uuid)
-    kept_vols = {volume(c, "pvc-keep", uuid, keep=True), volume(c, "pvc-other", str(uuidlib.uuid4())),
-                 volume(c, "pvc-longer", uuid + "-2"), volume(c, "data", None)}
-    before = {k: env.conductor.metric("magnum_conductor_cloud_deletions_total", kind=k, outcome="requested")
-              for k in ("load_balancer", "floating_ip", "security_group")}
+    theirs = claim(env, c, stack2, "data-0")
+    kept_vols = {volume(c, "pvc-keep", uuid, keep=True), theirs, volume(c, "pvc-longer", uuid + "-2"),
+                 volume(c, "data", None)}
+    capo = capo_made(c, stack_id)
+    assert all(capo), capo  # its API load balancer, floating IP and groups
+    before = project_resources(c)
+    metrics = {k: env.conductor.metric("magnum_conductor_cloud_deletions_total", kind=k, outcome="requested")
+               for k in ("load_balancer", "floating_ip", "security_group")}
 
     env.client("delete", uuid, project=c["project"])
     got, seen = env.wait(uuid, lambda g: g["cluster"] is None, timeout=180)
 
-    assert project_resources(c) == as_sets(kept), seen
+    # Listed from the real APIs: only what this cluster made is gone (ours
+    # through the clean-up, CAPO's through CAPO), down to the network.
+    assert project_resources(c) == minus(before, as_sets(ours), capo), seen
     assert storage(c) == (kept_vols, set()), seen
-    for k in before:
-        assert env.conductor.metric("magnum_conductor_cloud_deletions_total", kind=k,
-                                    outcome="requested") - before[k] == len(ours), k
+    assert network_left(c, stack_id) == [], seen
+    assert network_left(c, stack2) != []
+    for i, k in enumerate(("load_balancer", "floating_ip", "security_group")):
+        assert (env.conductor.metric("magnum_conductor_cloud_deletions_total", kind=k, outcome="requested")
+                - metrics[k]) == len({o[i] for o in ours} - {None}), k
     # Our finalizer released: the OpenStackCluster and the Cluster are gone.
     assert env.sim.get(osc_path(c, stack_id)) is None
+    assert env.sim.get("/_sim/cloud")["errors"] == []
+
+    env.client("delete", uuid2, project=c["project"])
+    got, seen = env.wait(uuid2, lambda g: g["cluster"] is None, timeout=180)
+    # The other cluster's own delete takes its load balancer and claim.
+    assert network_left(c, stack2) == [] and theirs not in storage(c)[0], seen
+    assert web2[0] not in project_resources(c)[0]
     cleanup_all(c)
 
 
 def test_what_blocks_is_named_then_delete_failed_then_a_new_delete_finishes(env, cloud):
     c = cloud
     uuid, stack_id = created(env, c)
-    lb, fip, sg = occm_resources(c, uuid)
+    lb, fip = expose(env, c, stack_id, uuid)
+    _, _, sg = occm_resources(c, uuid, "shop/api")
     kept = others(c, uuid)
-    # The provider never finishes deleting this load balancer, and a port
-    # still uses the security group (Neutron's 409 SecurityGroupInUse).
+    # The provider never finishes deleting OCCM's load balancer (its VIP
+    # port stays on the cluster's network), and a port still uses the
+    # security group (Neutron's 409 SecurityGroupInUse).
     c["lbaas"].stall(lb)
     port = api(c, "neutron", "POST", "/v2.0/ports", {"port": {"network_id": c["tenant"], "project_id": c["project"],
                                                               "security_groups": [sg]}})["port"]["id"]
@@ -293,8 +443,17 @@ def test_what_blocks_is_named_then_delete_failed_then_a_new_delete_finishes(env,
     assert env.conductor.metric("magnum_conductor_cloud_cleanup_waiting") == 1
     lbs, fips, sgs = project_resources(c)
     assert fip not in fips and lb in lbs and sg in sgs
+    # What the stuck CAPO drivers report: CAPO cannot delete the network
+    # while the load balancer's VIP port is on it (Neutron's own 409).
+    key = f"magnum-{c['project']}/{stack_id}"
+    deadline = time.time() + 60
+    while "NetworkInUse" not in (capo := env.sim.get("/_sim/cloud")["infra"].get(key, "")):
+        assert time.time() < deadline, capo
+        time.sleep(0.3)
+    assert "failed to delete network" in capo and "409" in capo and "ports still in use" in capo, capo
+    assert f"port octavia-lb-{lb} (Octavia)" in network_left(c, stack_id)
 
-    got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] != "DELETE_IN_PROGRESS", timeout=120)
+    got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] != "DELETE_IN_PROGRESS", timeout=240)
     assert got["cluster"]["status"] == "DELETE_FAILED", seen
     assert lb in got["cluster"]["status_reason"] and sg in got["cluster"]["status_reason"], seen
     # The network stays held: the OpenStackCluster keeps our finalizer.
@@ -306,6 +465,7 @@ def test_what_blocks_is_named_then_delete_failed_then_a_new_delete_finishes(env,
     env.client("delete", uuid, project=c["project"])
     got, seen = env.wait(uuid, lambda g: g["cluster"] is None, timeout=180)
     assert project_resources(c) == as_sets(kept), seen
+    assert network_left(c, stack_id) == [], seen
     assert env.conductor.metric("magnum_conductor_cloud_cleanup_waiting") == 0
     cleanup_all(c)
 
@@ -314,7 +474,7 @@ def test_kill_9_during_the_cleanup_then_restart_finishes(env, cloud):
     c = cloud
     env.restart()
     uuid, stack_id = created(env, c)
-    ours = [occm_resources(c, uuid), occm_resources(c, uuid, "shop/api")]
+    ours = [expose(env, c, stack_id, uuid) + (None,), occm_resources(c, uuid, "shop/api")]
     kept = others(c, uuid)
     # Frozen right after its first deletion requests, then kill -9.
     env.restart("cleanup.after_delete_requests")
@@ -325,25 +485,22 @@ def test_kill_9_during_the_cleanup_then_restart_finishes(env, cloud):
     env.restart()
     got, seen = env.wait(uuid, lambda g: g["cluster"] is None, timeout=180)
     assert project_resources(c) == as_sets(kept), seen
+    assert network_left(c, stack_id) == [], seen
     assert env.sim.get(osc_path(c, stack_id)) is None
     cleanup_all(c)
 
 
 def test_keep_policy_keeps_volumes_findable_by_the_identity(env, cloud):
     c = cloud
-    labels = {"kube_tag": "v1.30.4", "auto_healing_enabled": "true", "volumes_policy": "keep"}
-    uuid = env.client("create", env.template, json.dumps({"master_count": 1, "node_count": 1,
-                                                          "cluster": {"labels": labels}}),
-                      project=c["project"])["uuid"]
-    got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] != "CREATE_IN_PROGRESS")
-    assert got["cluster"]["status"] == "CREATE_COMPLETE", seen
-    lb, fip, sg = occm_resources(c, uuid)
-    vols = {volume(c, f"pvc-{i}", uuid) for i in range(2)}
+    uuid, stack_id = created(env, c, labels={"volumes_policy": "keep"})
+    expose(env, c, stack_id, uuid)
+    occm_resources(c, uuid, "shop/api")
+    vols = {claim(env, c, stack_id, f"data-{i}") for i in range(2)}
     snap = snapshot(c, sorted(vols)[0], uuid)
     env.client("delete", uuid, project=c["project"])
     got, seen = env.wait(uuid, lambda g: g["cluster"] is None, timeout=180)
-    # The load balancer and its floating IP and group went; the data stayed,
-    # and the operator finds it by the documented metadata.
+    # The load balancers and their floating IPs and group went; the data
+    # stayed, and the operator finds it by the documented metadata.
     assert project_resources(c) == (set(), set(), set()), seen
     assert storage(c) == (vols, {snap})
     found = {v["id"] for v in api(c, "cinder", "GET", "/volumes/detail")["volumes"]
@@ -398,37 +555,47 @@ def test_a_cluster_made_before_identities_keeps_kubernetes(env, cloud):
 
 def test_a_credential_that_no_longer_works_is_named_and_the_way_out_works(env, cloud):
     """The cluster's application credential is gone (deleted, or its user
-    removed from Keystone, as in vexxhost #270): the reason says so, the
-    delete fails at its timeout, and the way out docs/operator-guide.md
-    gives (delete what the identity names, remove the finalizer, delete
-    again) finishes it."""
+    removed from Keystone, as in vexxhost #270): CAPO cannot delete the
+    network either. The reason says so, the delete fails at its timeout,
+    and the way out docs/operator-guide.md gives (a working application
+    credential of the project into the cluster's credentials Secret, which
+    CAPO and the clean-up both read, then delete again) finishes it with
+    nothing left."""
     c = cloud
     uuid, stack_id = created(env, c)
-    lb, fip, sg = occm_resources(c, uuid)
-    secret = env.sim.get(f"/api/v1/namespaces/magnum-{c['project']}/secrets/{stack_id}-cloud-credentials")
-    clouds = base64.b64decode(secret["data"]["clouds.yaml"]).decode()
-    ac = dict(line.strip().split(": ", 1) for line in clouds.splitlines() if ": " in line)["application_credential_id"]
+    lb, fip = expose(env, c, stack_id, uuid)
+    path = f"/api/v1/namespaces/magnum-{c['project']}/secrets/{stack_id}-cloud-credentials"
+    clouds = base64.b64decode(env.sim.get(path)["data"]["clouds.yaml"]).decode()
+    fields = dict(line.strip().split(": ", 1) for line in clouds.splitlines() if ": " in line)
+    ac = fields["application_credential_id"]
     status, _, _ = call("DELETE", f"{c['url']}/users/{c['user']}/application_credentials/{ac}", c["token"])
     assert status == 204
 
     env.client("delete", uuid, project=c["project"])
-    got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] != "DELETE_IN_PROGRESS", timeout=120)
+    got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] != "DELETE_IN_PROGRESS", timeout=240)
     reason = got["cluster"]["status_reason"]
     assert got["cluster"]["status"] == "DELETE_FAILED", seen
     # Keystone's own answer (404 Could not find Application Credential).
     assert ac in reason and "HTTP 404" in reason and "removed from Keystone" in reason, reason
     assert (f"cannot clean up the cluster's OpenStack resources: Keystone token for application credential {ac}"
             in reason), reason
-    assert project_resources(c) == ({lb}, {fip}, {sg}), "nothing deleted without a credential"
+    lbs, fips, _ = project_resources(c)
+    assert lb in lbs and fip in fips, "nothing deleted without a credential"
+    assert network_left(c, stack_id) != []
 
-    # The way out, as the operator guide gives it.
-    api(c, "neutron", "DELETE", f"/v2.0/floatingips/{fip}")
-    api(c, "octavia", "DELETE", f"/v2/lbaas/loadbalancers/{lb}?cascade=true")
-    api(c, "neutron", "DELETE", f"/v2.0/security-groups/{sg}")
-    osc = env.sim.get(osc_path(c, stack_id))
-    i = osc["metadata"]["finalizers"].index(FINALIZER)
-    env.sim.kube.request("PATCH", osc_path(c, stack_id), [{"op": "remove", "path": f"/metadata/finalizers/{i}"}],
-                         content_type="application/json-patch+json")
+    # The way out, as the operator guide gives it: a new application
+    # credential of the project (made by any member: here alice) into the
+    # Secret, then delete again.
+    status, _, new = call("POST", f"{c['url']}/users/{c['user']}/application_credentials", c["token"],
+                          {"application_credential": {"name": f"magnum-{uuid}-recovery"}})
+    assert status == 201, status
+    new = new["application_credential"]
+    fixed = clouds.replace(ac, new["id"]).replace(fields["application_credential_secret"], new["secret"])
+    env.sim.kube.request("PATCH", path, {"data": {"clouds.yaml": base64.b64encode(fixed.encode()).decode()}},
+                         content_type="application/merge-patch+json")
     env.client("delete", uuid, project=c["project"])
     got, seen = env.wait(uuid, lambda g: g["cluster"] is None, timeout=180)
-    assert project_resources(c) == (set(), set(), set())
+    assert project_resources(c) == (set(), set(), set()), seen
+    assert network_left(c, stack_id) == [], seen
+    call("DELETE", f"{c['url']}/users/{c['user']}/application_credentials/{new['id']}", c["token"])
+    cleanup_all(c)

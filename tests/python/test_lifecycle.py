@@ -52,16 +52,18 @@ STATIC_CREDENTIALS = ("static_auth_url = https://keystone.example.com:5000/v3\n"
 
 class Env:
     def __init__(self, tmp, line, tick_ms=20, credentials=STATIC_CREDENTIALS, extra="", client_env=None,
-                 conductor_db=None, db_build="rust", failpoint=None, cloud_cleanup=False):
+                 conductor_db=None, db_build="rust", failpoint=None, cloud_cleanup=False, openstack=False):
         """`conductor_db`: maps the database URL to the one the conductor
         uses (e.g. through a proxy); the clients always use the real one.
         `failpoint`: MAGNUM_CONDUCTOR_FAILPOINT for the first conductor.
         `cloud_cleanup`: [capi] cloud_cleanup (off where no OpenStack runs:
-        a delete would wait on one that never answers)."""
+        a delete would wait on one that never answers). `openstack`: capi-sim
+        makes CAPO's network and load balancer in the real OpenStack and
+        plays OCCM and Cinder CSI in real workload apiservers."""
         self.tmp = tmp
         self.client_env = client_env or {}
         self.getter = None
-        self.sim = Sim(tmp, line, tick_ms, namespace=NAMESPACE)
+        self.sim = Sim(tmp, line, tick_ms, namespace=NAMESPACE, workload_apiservers=openstack, openstack=openstack)
         self.vhost = new_vhost("life")
         self.conf = str(tmp / "conductor.conf")
         self.client_conf = str(tmp / "client.conf")

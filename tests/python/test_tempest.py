@@ -190,7 +190,7 @@ def test_create_list_sign_delete_clusters(cloud):
     # the cluster's CA Secret (not the simulated 203.0.113.10), which is
     # gone with the cluster.
     workloads = env.sim.get("/_sim/workload-apiservers")
-    assert workloads == {"endpoints": {}, "nodes": {}, "errors": []}, workloads
+    assert workloads == {"endpoints": {}, "nodes": {}, "errors": [], "kubeconfigs": {}}, workloads
     with open("/tmp/magnum-nodes/kube.conf") as f:
         assert "'server': 'https://127.0.0.1:" in f.read()
     with open("/tmp/magnum-nodes/api-list-nodes") as f:  # the kubernetes client's V1NodeList

@@ -7,7 +7,10 @@
 //!   `GET /_sim/controller-errors` (writes the apiserver refused);
 //!   `GET /_sim/workload-apiservers` (`{"endpoints": {"ns/cluster":
 //!   "https://..."}, "nodes": {"ns/cluster": [names]}, "errors": [...]}`,
-//!   with `--workload-apiservers`);
+//!   with `--workload-apiservers`; `kubeconfigs`: an administrator's
+//!   kubeconfig file of each);
+//! - `GET /_sim/cloud` (with `--openstack`): `{"infra": {"ns/cluster":
+//!   state}, "errors": [...]}` ([`crate::cloud`]);
 //! - proxy: `GET|POST|DELETE /_sim/faults` (a [`crate::faults::Rule`]),
 //!   `POST /_sim/watches/drop`, `GET|DELETE /_sim/requests`
 //!   (`{client: {verb: n}}`);
@@ -33,6 +36,7 @@ pub struct Control {
     pub controllers: Option<Controllers>,
     pub proxy: Option<Arc<Proxy>>,
     pub workloads: Option<crate::workload::Workloads>,
+    pub cloud: Option<crate::cloud::Cloud>,
 }
 
 type Reply = (StatusCode, Json<Value>);
@@ -186,9 +190,30 @@ async fn workloads(State(c): State<Control>) -> Reply {
                     (format!("{ns}/{n}"), json!(names))
                 })
                 .collect();
-            ok(json!({"endpoints": endpoints, "nodes": nodes, "errors": w.errors()}))
+            let kubeconfigs: serde_json::Map<String, Value> = w
+                .kubeconfigs()
+                .into_iter()
+                .map(|((ns, n), p)| (format!("{ns}/{n}"), json!(p.display().to_string())))
+                .collect();
+            ok(
+                json!({"endpoints": endpoints, "nodes": nodes, "errors": w.errors(), "kubeconfigs": kubeconfigs}),
+            )
         }
         None => missing("workload apiservers"),
+    }
+}
+
+async fn cloud(State(c): State<Control>) -> Reply {
+    match &c.cloud {
+        Some(cloud) => {
+            let infra: serde_json::Map<String, Value> = cloud
+                .infra()
+                .into_iter()
+                .map(|((ns, n), i)| (format!("{ns}/{n}"), json!(format!("{i:?}"))))
+                .collect();
+            ok(json!({"infra": infra, "errors": cloud.errors()}))
+        }
+        None => missing("the cloud (--openstack)"),
     }
 }
 
@@ -199,6 +224,7 @@ pub fn router(c: Control) -> axum::Router {
         .route("/_sim/controllers/resume", post(resume))
         .route("/_sim/controller-errors", get(errors))
         .route("/_sim/workload-apiservers", get(workloads))
+        .route("/_sim/cloud", get(cloud))
         .route(
             "/_sim/faults",
             get(faults_get).post(faults_add).delete(faults_clear),

@@ -18,11 +18,14 @@
 //! - [`control`]: the simulator's own HTTP endpoint; [`clone`]: fleets for
 //!   benchmarks;
 //! - [`workload`]: real apiservers for workload clusters, from their CA
-//!   Secrets (opt-in).
+//!   Secrets (opt-in);
+//! - [`cloud`]: CAPO's network and load balancer, OCCM's load balancers
+//!   and Cinder CSI's volumes in the real OpenStack services (opt-in).
 
 pub mod admission;
 pub mod cache;
 pub mod clone;
+pub mod cloud;
 pub mod control;
 pub mod controllers;
 pub mod controlplane;

@@ -57,6 +57,12 @@ struct Args {
     /// wrote beside the kubeconfig).
     #[arg(long)]
     workload_apiservers: bool,
+    /// Make each cluster's network, router and API load balancer in the
+    /// real OpenStack the identityRef's clouds.yaml names, as CAPO does,
+    /// and (with --workload-apiservers) play OCCM and Cinder CSI in each
+    /// workload cluster (plain-HTTP test services only).
+    #[arg(long)]
+    openstack: bool,
     /// Written with the control URL once ready.
     #[arg(long)]
     ready_file: Option<PathBuf>,
@@ -95,12 +101,16 @@ async fn run(args: Args) -> Result<(), String> {
     } else {
         None
     };
+    let cloud = args
+        .openstack
+        .then(|| capi_sim::cloud::Cloud::start(client.clone(), args.line, workloads.clone()));
     let controllers = (!args.no_controllers).then(|| {
         let mut o = capi_sim::Options::new(args.line);
         o.tick = std::time::Duration::from_millis(args.tick_ms);
         o.namespace_prefix = args.namespace_prefix.clone();
         o.concurrency = args.concurrency;
         o.workloads = workloads.clone();
+        o.cloud = cloud.clone();
         capi_sim::Controllers::start(client.clone(), o)
     });
     if let Some(c) = &controllers {
@@ -126,6 +136,7 @@ async fn run(args: Args) -> Result<(), String> {
         controllers,
         proxy,
         workloads: workloads.clone(),
+        cloud: cloud.clone(),
     };
     let listener = tokio::net::TcpListener::bind(args.control)
         .await
@@ -154,6 +165,9 @@ async fn run(args: Args) -> Result<(), String> {
     }
     if let Some(w) = &workloads {
         w.stop();
+    }
+    if let Some(c) = &cloud {
+        c.stop();
     }
     Ok(())
 }

@@ -43,6 +43,8 @@ pub struct Options {
     /// Real apiservers for the workload clusters ([`crate::workload`]);
     /// their addresses become the control-plane endpoints.
     pub workloads: Option<crate::workload::Workloads>,
+    /// The cloud side in real OpenStack services ([`crate::cloud`]).
+    pub cloud: Option<crate::cloud::Cloud>,
 }
 
 impl Options {
@@ -53,6 +55,7 @@ impl Options {
             namespace_prefix: None,
             concurrency: 8,
             workloads: None,
+            cloud: None,
         }
     }
 }
@@ -106,6 +109,17 @@ impl Controllers {
         }
         let me = c.clone();
         tasks.push(tokio::spawn(async move { me.run().await }));
+        if let Some(mut changed) = c.0.opts.cloud.as_ref().and_then(|w| w.take_changed()) {
+            let me = c.clone();
+            tasks.push(tokio::spawn(async move {
+                while let Some(key) = changed.recv().await {
+                    me.wake(Wake {
+                        all: false,
+                        clusters: [key].into(),
+                    });
+                }
+            }));
+        }
         if let Some(mut ready) = c.0.opts.workloads.as_ref().and_then(|w| w.take_ready()) {
             let me = c.clone();
             tasks.push(tokio::spawn(async move {
@@ -339,6 +353,14 @@ impl Controllers {
                 return true;
             };
             let mut ctx = Ctx::new(&cache, self.0.opts.line);
+            if let (Some(cloud), Kind::OpenStackCluster) = (&self.0.opts.cloud, kind) {
+                if let Some(cluster) = crate::controllers::openstack::cluster_name(&obj)
+                    && (crate::controllers::openstack::owned(&obj) || deleting(&obj))
+                {
+                    cloud.want(&(ns.to_string(), cluster), &obj);
+                }
+                ctx.infra = Some(cloud.infra());
+            }
             if let Some(w) = &self.0.opts.workloads {
                 match kind {
                     Kind::OpenStackCluster => ctx.endpoints = Some(w.endpoints()),

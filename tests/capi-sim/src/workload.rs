@@ -179,6 +179,9 @@ struct Running {
     endpoint: Option<(String, u16)>,
     /// An administrator of it (`system:masters`), once ready.
     client: Option<kube::Client>,
+    /// That administrator's kubeconfig (tests act in the workload cluster
+    /// with it).
+    kubeconfig: Option<PathBuf>,
     /// The Nodes written to it.
     nodes: BTreeSet<NodeSpec>,
     /// Dropping it kills the apiserver (`kill_on_drop`).
@@ -291,6 +294,21 @@ impl Workloads {
             drop(wanted);
             self.0.nodes_changed.notify_one();
         }
+    }
+
+    /// An administrator's client of cluster `key`'s apiserver, once ready.
+    pub fn client(&self, key: &ClusterKey) -> Option<kube::Client> {
+        lock(&self.0.running)
+            .get(key)
+            .and_then(|r| r.client.clone())
+    }
+
+    /// The administrator kubeconfigs of the ready apiservers (tests).
+    pub fn kubeconfigs(&self) -> BTreeMap<ClusterKey, PathBuf> {
+        lock(&self.0.running)
+            .iter()
+            .filter_map(|(k, r)| r.kubeconfig.clone().map(|p| (k.clone(), p)))
+            .collect()
     }
 
     /// The names of the Nodes registered in cluster `key`'s apiserver, if it
@@ -413,6 +431,7 @@ impl Workloads {
                 Running {
                     endpoint: None,
                     client: None,
+                    kubeconfig: None,
                     nodes: BTreeSet::new(),
                     _child: None,
                 },
@@ -533,6 +552,7 @@ impl Workloads {
         tracing::info!(ns = key.0, cluster = key.1, %url, "workload apiserver ready");
         slot.endpoint = Some(("127.0.0.1".to_string(), port));
         slot.client = Some(client);
+        slot.kubeconfig = Some(kubeconfig);
         slot._child = Some(child);
         drop(running);
         let _ = self.0.ready_tx.send(key.clone());

@@ -82,6 +82,10 @@ pub struct Ctx<'a> {
     /// apiserver is ready: the Nodes registered there ([`machine`] sets a
     /// `nodeRef` only to a Node that exists).
     pub registered_nodes: Option<std::collections::BTreeSet<String>>,
+    /// With `--openstack`: where each cluster's network, router and API
+    /// load balancer stand in the real Neutron and Octavia ([`openstack`]
+    /// waits for them, and on delete for their removal).
+    pub infra: Option<std::collections::BTreeMap<crate::workload::ClusterKey, crate::cloud::Infra>>,
 }
 
 pub type Reconcile = fn(&mut Ctx<'_>, Value);
@@ -113,6 +117,7 @@ impl<'a> Ctx<'a> {
             actions: Vec::new(),
             endpoints: None,
             registered_nodes: None,
+            infra: None,
         }
     }
 

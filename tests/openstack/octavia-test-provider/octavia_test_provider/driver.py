@@ -10,13 +10,27 @@ its status socket and writes to Octavia's database
 reports each create ACTIVE/ONLINE and each delete DELETED, a moment later,
 from a thread, through that same path.
 
+The VIP port is a real Neutron port when OCTAVIA_TEST_PROVIDER_NEUTRON
+names the Neutron API (noauth): made on the VIP subnet (or network) as
+Octavia's `allowed_address_pairs` network driver makes it
+(`allocate_vip`: name `octavia-lb-<id>`, device_owner `Octavia`,
+device_id `lb-<id>`, admin state down, in the load balancer's project),
+through the provider hook Octavia's API calls first
+(`api/v2/controllers/load_balancer.py`, `driver.create_vip_port`), and
+deleted when the load balancer is (`deallocate_vip`: a port Octavia
+owns). So a load balancer holds its network as on a real cloud: Neutron
+refuses to delete the network while the port is on it.
+
 A load balancer whose id is named by a file `<state dir>/stall/<id>`
 (OCTAVIA_TEST_PROVIDER_DIR) is not reported deleted while the file exists:
 a provider that never finishes deleting, as in CAPO #1788's discussion.
 """
+import json
 import os
 import threading
 import time
+import urllib.error
+import urllib.request
 
 from octavia_lib.api.drivers import driver_lib
 from octavia_lib.api.drivers import provider_base
@@ -27,6 +41,22 @@ DELAY = 0.3
 
 def _state_dir():
     return os.environ.get("OCTAVIA_TEST_PROVIDER_DIR", "/tmp/octavia-test-provider")
+
+
+def _neutron(method, path, body=None):
+    """A request to the Neutron API (noauth) named by
+    OCTAVIA_TEST_PROVIDER_NEUTRON; its JSON answer (None for 404)."""
+    url = os.environ["OCTAVIA_TEST_PROVIDER_NEUTRON"] + path
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            raw = r.read()
+            return json.loads(raw) if raw else {}
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return None
+        raise
 
 
 class Driver(provider_base.ProviderDriver):
@@ -45,6 +75,35 @@ class Driver(provider_base.ProviderDriver):
         time.sleep(DELAY)
         self.lib.update_loadbalancer_status(status)
 
+    def create_vip_port(self, loadbalancer_id, project_id, vip_dictionary, additional_vip_dicts):
+        if not os.environ.get("OCTAVIA_TEST_PROVIDER_NEUTRON"):
+            return super().create_vip_port(loadbalancer_id, project_id, vip_dictionary, additional_vip_dicts)
+        subnet = vip_dictionary.get("vip_subnet_id")
+        network = vip_dictionary.get("vip_network_id")
+        # A request naming only the network gets a subnet id the no-op
+        # network driver made up while validating it: not Neutron's.
+        found = _neutron("GET", f"/v2.0/subnets/{subnet}") if subnet else None
+        if found:
+            network = found["subnet"]["network_id"]
+        else:
+            subnet = None
+        port = {"name": f"octavia-lb-{loadbalancer_id}", "network_id": network, "admin_state_up": False,
+                "device_id": f"lb-{loadbalancer_id}", "device_owner": "Octavia", "project_id": project_id}
+        if subnet:
+            port["fixed_ips"] = [{"subnet_id": subnet}]
+        made = _neutron("POST", "/v2.0/ports", {"port": port})["port"]
+        ip = made["fixed_ips"][0] if made["fixed_ips"] else {}
+        out = dict(vip_dictionary, vip_port_id=made["id"], vip_network_id=network,
+                   vip_subnet_id=ip.get("subnet_id", subnet), vip_address=ip.get("ip_address"),
+                   octavia_owned=True)
+        return out, additional_vip_dicts
+
+    def _release_vip_port(self, lb):
+        if os.environ.get("OCTAVIA_TEST_PROVIDER_NEUTRON"):
+            ports = _neutron("GET", f"/v2.0/ports?device_id=lb-{lb}&device_owner=Octavia") or {"ports": []}
+            for p in ports["ports"]:
+                _neutron("DELETE", f"/v2.0/ports/{p['id']}")
+
     def loadbalancer_create(self, loadbalancer):
         lb = loadbalancer.loadbalancer_id
         self._later(lambda: self._report({"loadbalancers": [
@@ -61,6 +120,7 @@ class Driver(provider_base.ProviderDriver):
         def done():
             while os.path.exists(stall):
                 time.sleep(0.5)
+            self._release_vip_port(lb)
             self._report({"loadbalancers": [{"id": lb, "provisioning_status": "DELETED"}]})
         self._later(done)
 
