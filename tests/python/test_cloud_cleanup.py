@@ -356,6 +356,14 @@ def empty_project(cloud):
     yield
 
 
+def on_line(env, line):
+    """The variants run on one CAPI line each, the main test on both: the
+    clean-up acts on the OpenStackCluster, which is CAPO's v1beta1 on both
+    lines, and this module was the suite's longest (CI's budget)."""
+    if not env.sim.capi.endswith(line):
+        pytest.skip(f"this variant runs on {line}; the variants are split between the lines")
+
+
 def minus(triple, *others):
     return tuple(triple[i] - set().union(*(o[i] for o in others)) for i in range(3))
 
@@ -418,6 +426,7 @@ def test_delete_removes_only_this_clusters_resources(env, cloud):
 
 
 def test_what_blocks_is_named_then_delete_failed_then_a_new_delete_finishes(env, cloud):
+    on_line(env, "v1beta1")
     c = cloud
     uuid, stack_id = created(env, c)
     lb, fip = expose(env, c, stack_id, uuid)
@@ -471,6 +480,7 @@ def test_what_blocks_is_named_then_delete_failed_then_a_new_delete_finishes(env,
 
 
 def test_kill_9_during_the_cleanup_then_restart_finishes(env, cloud):
+    on_line(env, "v1beta2")
     c = cloud
     env.restart()
     uuid, stack_id = created(env, c)
@@ -491,6 +501,7 @@ def test_kill_9_during_the_cleanup_then_restart_finishes(env, cloud):
 
 
 def test_keep_policy_keeps_volumes_findable_by_the_identity(env, cloud):
+    on_line(env, "v1beta1")
     c = cloud
     uuid, stack_id = created(env, c, labels={"volumes_policy": "keep"})
     expose(env, c, stack_id, uuid)
@@ -515,6 +526,7 @@ def test_a_cluster_made_before_identities_keeps_kubernetes(env, cloud):
     rotation keeps it (OCCM would otherwise look its load balancers up
     under a new name and make them anew), and its delete takes only the
     `kubernetes` load balancers on its own network."""
+    on_line(env, "v1beta2")
     c = cloud
     uuid, stack_id = created(env, c)
     ns = f"magnum-{c['project']}"
@@ -561,6 +573,7 @@ def test_a_credential_that_no_longer_works_is_named_and_the_way_out_works(env, c
     credential of the project into the cluster's credentials Secret, which
     CAPO and the clean-up both read, then delete again) finishes it with
     nothing left."""
+    on_line(env, "v1beta2")
     c = cloud
     uuid, stack_id = created(env, c)
     lb, fip = expose(env, c, stack_id, uuid)
