@@ -492,7 +492,8 @@ def test_stuck_rollout_fails_with_the_capi_reason(env):
     # A template change (taints) creates a new MachineSet whose machines never come up.
     env.client("ng-update", uuid, "default-worker", json.dumps({"node_taints": [{"key": "x", "value": "y", "effect": "NoSchedule"}]}))
     started = time.time()
-    got, seen = env.wait(uuid, settled, timeout=150)
+    # (ng-update is a cast: a first read under load can still be the create's.)
+    got, seen = env.wait(uuid, lambda g: settled(g) and g["cluster"]["status"] != "CREATE_COMPLETE", timeout=150)
     took = time.time() - started
     assert got["cluster"]["status"] == "UPDATE_FAILED", seen
     reason = got["cluster"]["status_reason"]
