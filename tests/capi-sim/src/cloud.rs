@@ -453,6 +453,42 @@ impl Os {
         Ok(v[one].clone())
     }
 
+    /// DELETE `path`; already gone (404) counts as done.
+    async fn delete(&self, c: &Creds, service: &str, path: &str) -> Result<(), OsError> {
+        ignore_404(self.req(c, service, "DELETE", path, None).await).map(|_| ())
+    }
+
+    /// Load balancer `lb`'s floating IP (found by its VIP port), then the
+    /// load balancer itself, cascading (CAPO's `DeleteLoadBalancer`, OCCM's
+    /// `EnsureLoadBalancerDeleted`); nothing asked again while it is
+    /// PENDING_DELETE.
+    async fn release_lb(&self, c: &Creds, lb: &Value) -> Result<(), OsError> {
+        let id = lb["id"].as_str().unwrap_or_default();
+        if let Some(port) = lb["vip_port_id"].as_str().filter(|p| !p.is_empty())
+            && let Some(fip) = self
+                .find(
+                    c,
+                    "network",
+                    &format!("/v2.0/floatingips?port_id={port}"),
+                    "floatingips",
+                )
+                .await?
+        {
+            let fid = fip["id"].as_str().unwrap_or_default();
+            self.delete(c, "network", &format!("/v2.0/floatingips/{fid}"))
+                .await?;
+        }
+        if lb["provisioning_status"] != "PENDING_DELETE" {
+            self.delete(
+                c,
+                "load-balancer",
+                &format!("/v2/lbaas/loadbalancers/{id}?cascade=true"),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
     /// Wait (up to 2 minutes) until load balancer `id` is ACTIVE.
     async fn lb_active(&self, c: &Creds, id: &str) -> Result<Value, OsError> {
         for _ in 0..240 {
@@ -945,38 +981,7 @@ impl Cloud {
                     "load balancer {lb_name} ({id}) is PENDING_DELETE"
                 )));
             }
-            if let Some(port) = lb["vip_port_id"].as_str().filter(|p| !p.is_empty())
-                && let Some(fip) = os
-                    .find(
-                        &c,
-                        "network",
-                        &format!("/v2.0/floatingips?port_id={port}"),
-                        "floatingips",
-                    )
-                    .await?
-            {
-                let fid = fip["id"].as_str().unwrap_or_default();
-                ignore_404(
-                    os.req(
-                        &c,
-                        "network",
-                        "DELETE",
-                        &format!("/v2.0/floatingips/{fid}"),
-                        None,
-                    )
-                    .await,
-                )?;
-            }
-            ignore_404(
-                os.req(
-                    &c,
-                    "load-balancer",
-                    "DELETE",
-                    &format!("/v2/lbaas/loadbalancers/{id}?cascade=true"),
-                    None,
-                )
-                .await,
-            )?;
+            os.release_lb(&c, &lb).await?;
             return Err(err(format!(
                 "load balancer {lb_name} ({id}) is being deleted"
             )));
@@ -1005,16 +1010,8 @@ impl Cloud {
                     .await,
                 )?;
             }
-            ignore_404(
-                os.req(
-                    &c,
-                    "network",
-                    "DELETE",
-                    &format!("/v2.0/routers/{rid}"),
-                    None,
-                )
-                .await,
-            )?;
+            os.delete(&c, "network", &format!("/v2.0/routers/{rid}"))
+                .await?;
         }
         if let Some(net) = net {
             let nid = net["id"].as_str().unwrap_or_default();
@@ -1035,10 +1032,8 @@ impl Cloud {
                 let name = p["name"].as_str().unwrap_or_default();
                 if !osc_name.is_empty() && name.starts_with(osc_name) {
                     let pid = p["id"].as_str().unwrap_or_default();
-                    ignore_404(
-                        os.req(&c, "network", "DELETE", &format!("/v2.0/ports/{pid}"), None)
-                            .await,
-                    )?;
+                    os.delete(&c, "network", &format!("/v2.0/ports/{pid}"))
+                        .await?;
                 }
             }
             ignore_404(
@@ -1068,16 +1063,8 @@ impl Cloud {
                 .await?
             {
                 let id = sg["id"].as_str().unwrap_or_default();
-                ignore_404(
-                    os.req(
-                        &c,
-                        "network",
-                        "DELETE",
-                        &format!("/v2.0/security-groups/{id}"),
-                        None,
-                    )
-                    .await,
-                )?;
+                os.delete(&c, "network", &format!("/v2.0/security-groups/{id}"))
+                    .await?;
             }
         }
         Ok(())
@@ -1211,41 +1198,7 @@ impl Cloud {
                 return Ok(());
             }
             if let Some(lb) = os.find(c, "load-balancer", &q, "loadbalancers").await? {
-                let id = lb["id"].as_str().unwrap_or_default();
-                if let Some(port) = lb["vip_port_id"].as_str()
-                    && let Some(f) = os
-                        .find(
-                            c,
-                            "network",
-                            &format!("/v2.0/floatingips?port_id={port}"),
-                            "floatingips",
-                        )
-                        .await?
-                {
-                    let fid = f["id"].as_str().unwrap_or_default();
-                    ignore_404(
-                        os.req(
-                            c,
-                            "network",
-                            "DELETE",
-                            &format!("/v2.0/floatingips/{fid}"),
-                            None,
-                        )
-                        .await,
-                    )?;
-                }
-                if lb["provisioning_status"] != "PENDING_DELETE" {
-                    ignore_404(
-                        os.req(
-                            c,
-                            "load-balancer",
-                            "DELETE",
-                            &format!("/v2/lbaas/loadbalancers/{id}?cascade=true"),
-                            None,
-                        )
-                        .await,
-                    )?;
-                }
+                os.release_lb(c, &lb).await?;
                 return Ok(());
             }
             let rest: Vec<String> = finalizers.into_iter().filter(|f| f != FINALIZER).collect();
