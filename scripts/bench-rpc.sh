@@ -12,7 +12,8 @@
 #       ping_conductor through Magnum 23.0.0's own Python client instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-eval "$(scripts/setup-env.sh | tail -n 1)"
+exports="$(scripts/setup-env.sh | tail -n 1)"  # a failure stops here (eval of nothing would not)
+eval "$exports"
 cargo build --release --quiet -p conductor -p integration-tests --bin magnum-conductor --bin mc-rpc-load
 if [ "${1:-}" = "--magnum-client" ]; then
   shift

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Status at scale (release builds): N clusters created through Magnum 23.0.0's
-# client on a real kube-apiserver (../shared/k8s; CAPI's controllers simulated
+# client on a real kube-apiserver (scripts/k8s-up.sh; CAPI's controllers simulated
 # by capi-sim), then with the simulated controllers paused:
 # kube requests per minute in steady state, and the delay from a CAPI status
 # change (a Cluster's Ready condition flipped) to the Magnum row (p50/p99).
@@ -8,7 +8,8 @@
 #   scripts/bench-status.sh [--clusters 1000] [--samples 200] [--steady-seconds 60]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-eval "$(scripts/setup-env.sh | tail -n 1)"
+exports="$(scripts/setup-env.sh | tail -n 1)"  # a failure stops here (eval of nothing would not)
+eval "$exports"
 cargo build --release --quiet -p conductor -p capi-sim
 "$MAGNUM_VENV/bin/python" tests/python/bench_status.py --conductor "$PWD/target/release/magnum-conductor" \
   --sim "$PWD/target/release/capi-sim" "$@"

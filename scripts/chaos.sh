@@ -12,7 +12,8 @@
 #                               the short form (what the test suite runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-eval "$(scripts/setup-env.sh | tail -n 1)"
+exports="$(scripts/setup-env.sh | tail -n 1)"  # a failure stops here (eval of nothing would not)
+eval "$exports"
 cargo build --workspace --quiet --features conductor/failpoints
 export CHAOS_CLUSTERS="${CHAOS_CLUSTERS:-25}" CHAOS_STEPS="${CHAOS_STEPS:-6}" CHAOS_FAULTS="${CHAOS_FAULTS:-120}" \
   CHAOS_FAULT_GAP="${CHAOS_FAULT_GAP:-0.5,2.5}"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The conductor's main job, end to end on one machine: a real Kubernetes
-# control plane as the management cluster (../shared/k8s: kube-apiserver and
-# kube-controller-manager v1.28.7 with the CAPI/CAPO/CAAPH CRDs of one line),
+# control plane as the management cluster (scripts/k8s-up.sh: kube-apiserver
+# and kube-controller-manager v1.28.7 with the CAPI/CAPO/CAAPH CRDs of one
+# line, fetched and verified by scripts/fetch-artifacts.sh),
 # CAPI's controllers simulated by tests/capi-sim against it, the local
 # RabbitMQ and a fresh MariaDB database with Magnum's schema. Magnum
 # 23.0.0's own client code then drives one cluster the way magnum-api does:
@@ -11,15 +12,32 @@
 #   -> nodegroup_create cast (a second worker group) -> nodegroup_delete cast
 #   -> cluster_upgrade call to a v1.31 template (control plane, then workers)
 #   -> cluster_delete cast -> rows, keypairs and CAPI objects gone.
-# Options: --line v1beta1|v1beta2 (default v1beta1).
+# Options: --line v1beta1|v1beta2 (default v1beta1). DEMO_BIN_DIR: run the
+# magnum-conductor and capi-sim found there instead of building them
+# (scripts/test-all.sh runs the demo of its own build that way, beside the
+# builds that follow).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 line=v1beta1
 [ "${1:-}" = "--line" ] && line="${2:?--line v1beta1|v1beta2}"
-eval "$(scripts/setup-env.sh | tail -n 1)"
-cargo build --quiet -p conductor -p capi-sim
+step() { echo "=== $* (at ${SECONDS}s)"; }
+step "set-up: only what the demo runs (scripts/setup-env.sh --demo)"
+exports="$(scripts/setup-env.sh --demo | tail -n 1)"  # a failure stops here (eval of nothing would not)
+eval "$exports"
+export K8S_BIN_DIR CAPI_CRDS_DIR
+if [ -n "${DEMO_BIN_DIR:-}" ]; then
+  bin="$DEMO_BIN_DIR"
+  step "using $bin/magnum-conductor and $bin/capi-sim"
+else
+  step "cargo build: magnum-conductor and capi-sim"
+  # The workspace selected, as scripts/test-all.sh builds: one feature
+  # resolution, so neither command rebuilds the other's dependencies.
+  cargo build --quiet --workspace --bin magnum-conductor --bin capi-sim
+  bin=target/debug
+fi
+step "the demo"
 work=$(mktemp -d)
-shared_k8s="$(cd .. && pwd)/shared/k8s"
+metrics_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 vhost="demo-$$"
 rabbitmqctl -q add_vhost "$vhost"
 rabbitmqctl -q set_permissions -p "$vhost" guest '.*' '.*' '.*'
@@ -28,19 +46,19 @@ mysql -uroot -h127.0.0.1 -e "CREATE DATABASE \`$db\`"
 pid="" sim=""
 cleanup() {
   for p in $pid $sim; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-  "$shared_k8s/down.sh" "$work/k8s" >/dev/null 2>&1 || true
+  scripts/k8s-down.sh "$work/k8s" >/dev/null 2>&1 || true
   rabbitmqctl -q delete_vhost "$vhost" || true
   mysql -uroot -h127.0.0.1 -e "DROP DATABASE IF EXISTS \`$db\`" || true
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-echo "--- management cluster: a real kube-apiserver with the $line CRDs (../shared/k8s/up.sh)"
-"$shared_k8s/up.sh" "$work/k8s" --crds "$line" > "$work/k8s-up.log" 2>&1 \
+echo "--- management cluster: a real kube-apiserver with the $line CRDs (scripts/k8s-up.sh)"
+scripts/k8s-up.sh "$work/k8s" --crds "$line" > "$work/k8s-up.log" 2>&1 \
   || { cat "$work/k8s-up.log"; exit 1; }
 kc=(kubectl --kubeconfig "$work/k8s/kubeconfig")
 echo "    $(grep -o -m1 'https://[^ ,}"]*' "$work/k8s/kubeconfig"), $("${kc[@]}" get crd -o name | wc -l) CRDs"
-target/debug/capi-sim --kubeconfig "$work/k8s/kubeconfig" --line "$line" --tick-ms 100 \
+"$bin/capi-sim" --kubeconfig "$work/k8s/kubeconfig" --line "$line" --tick-ms 100 \
   --ready-file "$work/sim.url" > "$work/sim.log" 2>&1 &
 sim=$!
 for _ in $(seq 1 300); do [ -s "$work/sim.url" ] && break; sleep 0.1; done
@@ -56,7 +74,7 @@ connection = mysql+pymysql://root@127.0.0.1:3306/$db?charset=utf8
 [certificates]
 cert_manager_type = x509keypair
 [metrics]
-listen = 127.0.0.1:19323
+listen = 127.0.0.1:$metrics_port
 [capi]
 kubeconfig = $work/k8s/kubeconfig
 # No OpenStack behind the demo: nothing to clean up there on delete.
@@ -66,11 +84,11 @@ static_auth_url = https://keystone.example.com:5000/v3
 static_application_credential_id = demo-application-credential
 static_application_credential_secret = demo-secret
 CONF
-target/debug/magnum-conductor --config-file "$work/magnum.conf" db-create
-target/debug/magnum-conductor --config-file "$work/magnum.conf" > "$work/conductor.log" 2>&1 &
+"$bin/magnum-conductor" --config-file "$work/magnum.conf" db-create
+"$bin/magnum-conductor" --config-file "$work/magnum.conf" > "$work/conductor.log" 2>&1 &
 pid=$!
-for _ in $(seq 1 100); do curl -sf localhost:19323/readyz >/dev/null 2>&1 && break; sleep 0.1; done
-curl -sf localhost:19323/readyz >/dev/null || { cat "$work/conductor.log"; exit 1; }
+for _ in $(seq 1 100); do curl -sf "127.0.0.1:$metrics_port/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+curl -sf "127.0.0.1:$metrics_port/readyz" >/dev/null || { cat "$work/conductor.log"; exit 1; }
 
 py() { "$MAGNUM_VENV/bin/python" "$@" 2> >(grep -v "Using RPC transport for notifications" >&2); }
 lc() { py tests/python/lifecycle_client.py "$work/magnum.conf" "$@" | tail -n 1; }
@@ -169,4 +187,4 @@ echo "$got" | field '"    rows left: nodegroups=%d x509keypairs=%d" % (len(d["no
 [ "$last" = "gone" ] || { echo "delete did not complete"; tail -20 "$work/conductor.log"; exit 1; }
 echo "    CAPI objects left: $("${kc[@]}" get clusters.cluster.x-k8s.io,machines.cluster.x-k8s.io -A -o name | wc -l)"
 echo "--- metrics"
-curl -s localhost:19323/metrics | grep -E '^magnum_conductor_(cluster_operations|status_writes|watch_events)_total' | sed 's/^/    /'
+curl -s "127.0.0.1:$metrics_port/metrics" | grep -E '^magnum_conductor_(cluster_operations|status_writes|watch_events)_total' | sed 's/^/    /'

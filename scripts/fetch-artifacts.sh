@@ -8,6 +8,8 @@
 # them. Prints `export K8S_BIN_DIR=... CAPI_CRDS_DIR=...` as its last line.
 #
 #   K8S_BIN_DIR, CAPI_CRDS_DIR   use these folders as they are
+#   MAGNUM_RS_ARTIFACTS_CACHE    where fetched artifacts are kept
+#                                (default ~/.cache/magnum-conductor-rs/artifacts)
 #   MAGNUM_RS_ARTIFACTS_MIRROR   a base URL (http://, https://, file://) or a
 #                                folder with the upstream layout:
 #       kubernetes/release/v1.28.7/bin/linux/amd64/<binary> and <binary>.sha256
@@ -20,13 +22,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 K8S_VERSION=v1.28.7
 LOCK="$PWD/scripts/artifacts.lock"
-CACHE="${MAGNUM_RS_CACHE:-$HOME/.cache/magnum-conductor-rs}/artifacts"
+CACHE="${MAGNUM_RS_ARTIFACTS_CACHE:-$HOME/.cache/magnum-conductor-rs/artifacts}"
 SHARED="$(cd .. && pwd)/shared"
 MIRROR="${MAGNUM_RS_ARTIFACTS_MIRROR:-}"
 HINT="to provide it by hand, put the upstream layout in a folder (or behind a URL) and set MAGNUM_RS_ARTIFACTS_MIRROR to it (docs/testing.md)"
 
-log() { echo "[artifacts] $*" >&2; }
-die() { echo "[artifacts] $*" >&2; exit 1; }
+# A mirror URL may carry credentials (https://user:password@host/...):
+# every message shows it without them.
+log() { echo "[artifacts] $*" | sed -E 's#(://)[^/@ ]+@#\1***@#g' >&2; }
+die() { log "$@"; exit 1; }
 
 k8s_url() {
   if [ -n "$MIRROR" ]; then echo "${MIRROR%/}/kubernetes/release/$K8S_VERSION/bin/linux/amd64/$1"
@@ -94,13 +98,17 @@ elif [ -z "$MIRROR" ] && [ -d "$SHARED/crds" ]; then
   done < "$LOCK"
 else
   crds_dir="$CACHE/crds"
+  said=""
   while read -r kind folder repo tag path sum; do
     [ "$kind" = crd ] || continue
     out="$crds_dir/$folder/$(basename "$path")"
     if [ -f "$out" ] && [ "$(sha256sum "$out" | cut -d' ' -f1)" = "$sum" ]; then continue; fi
     mkdir -p "$crds_dir/$folder"
     from="$(gh_url "$repo" "$tag" "$path")"
-    log "$folder: fetching $from"
+    if [ "$said" != "$folder" ]; then
+      log "$folder: fetching its CRDs from $(gh_url "$repo" "$tag" "")"
+      said="$folder"
+    fi
     tmp="$(mktemp "$crds_dir/$folder/.crd.XXXXXX")"
     get "$from" "$tmp" "$folder/$(basename "$path")" || { rm -f "$tmp"; exit 1; }
     check "$tmp" "$sum" "$folder/$(basename "$path")" "$from" || { rm -f "$tmp"; exit 1; }

@@ -36,11 +36,16 @@ key_repository = $dir/credential-keys
 password_hash_rounds = 4
 CONF
 # gunicorn must run without arguments: keystone parses sys.argv as its own.
+# Processes, one thread each: with threads, a request could be answered
+# with another request's token (an application credential created with
+# the roles of a service user's token validated at the same moment:
+# "Could not find role assignment with role: <admin or service>"). No
+# cache is configured, so the processes never disagree.
 cat > gunicorn.conf.py <<CONF
 wsgi_app = "keystone.wsgi.api:application"
 bind = "127.0.0.1:$port"
-workers = 1
-threads = 4
+workers = 2
+threads = 1
 accesslog = "$dir/access.log"
 errorlog = "$dir/gunicorn.err"
 pidfile = "$dir/gunicorn.pid"

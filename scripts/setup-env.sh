@@ -1,11 +1,25 @@
 #!/usr/bin/env bash
 # Make this machine able to run the conductor and its tests: RabbitMQ and
-# MariaDB installed and running, what ../shared/k8s/up.sh needs for real
-# Kubernetes control planes, cached Python venvs with the real Magnum
-# 23.0.0 (client, objects, migrations) and Magnum 22.0.0 (objects and
-# migrations of the 22.x schema). Idempotent; safe to run on every test run.
-# Prints `export MAGNUM_VENV=... MAGNUM22_VENV=...` as its last line.
+# MariaDB installed and running, what scripts/k8s-up.sh needs for real
+# Kubernetes control planes (etcd, kubectl, the verified kube-apiserver,
+# kube-controller-manager and CRDs of scripts/fetch-artifacts.sh), cached
+# Python venvs with the real Magnum 23.0.0 (client, objects, migrations) and,
+# for the tests, everything else they judge with (Magnum 22, Keystone,
+# magnum-api, Neutron, Octavia, Cinder, tempest, ansible, Prometheus).
+#
+#   scripts/setup-env.sh          everything (scripts/test-all.sh)
+#   scripts/setup-env.sh --demo   only what scripts/demo.sh runs
+#
+# Idempotent: a second run installs nothing. Each step it does is printed
+# with the seconds since it began. Prints `export MAGNUM_VENV=... ...` as its
+# last line.
 set -euo pipefail
+demo=0
+case "${1:-}" in
+  "") ;;
+  --demo) demo=1 ;;
+  *) echo "usage: setup-env.sh [--demo]" >&2; exit 2 ;;
+esac
 
 VENV="${MAGNUM_VENV:-$HOME/.cache/magnum-conductor-rs/venv-magnum-23.0.0}"
 PY_REQS="magnum==23.0.0 python-magnumclient==5.0.0 pytest==8.4.2 pytest-xdist==3.8.0 PyMySQL==1.2.4"
@@ -23,7 +37,7 @@ API_REQS="magnum==23.0.0 python-openstackclient==10.5.0 python-magnumclient==5.0
 API22_VENV="${MAGNUM22_API_VENV:-$HOME/.cache/magnum-conductor-rs/venv-api-22.0.0}"
 API22_REQS="magnum==22.0.0 pytest==8.4.2 PyMySQL==1.2.4"
 
-log() { echo "[setup] $*" >&2; }
+log() { echo "[setup ${SECONDS}s] $*" >&2; }
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
@@ -37,20 +51,29 @@ apt_install() {
   fi
 }
 
-command -v rabbitmq-server >/dev/null 2>&1 || apt_install rabbitmq-server
-command -v mariadbd >/dev/null 2>&1 || apt_install mariadb-server
+command -v cargo >/dev/null 2>&1 || {
+  log "cargo is missing: install Rust 1.88 or newer (https://rustup.rs), then run this again"
+  exit 1
+}
 command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv
 command -v curl >/dev/null 2>&1 || apt_install curl
-# The real Kubernetes control planes of ../shared/k8s/up.sh (tests, demo,
-# benchmarks): etcd, kubectl (CRD installation), xz and openssl. up.sh
-# installs the first two itself when missing; done here once, up front.
+command -v xz >/dev/null 2>&1 || apt_install xz-utils
+# The pinned Kubernetes binaries and CRDs, verified, before anything starts:
+# a missing or corrupt artifact stops here, naming it.
+exports="$("$(dirname "$0")/fetch-artifacts.sh" | tail -n 1)"  # a failure stops here (eval of nothing would not)
+eval "$exports"
+command -v rabbitmq-server >/dev/null 2>&1 || apt_install rabbitmq-server
+command -v mariadbd >/dev/null 2>&1 || apt_install mariadb-server
+# The real Kubernetes control planes of scripts/k8s-up.sh (tests, demo,
+# benchmarks): etcd, kubectl (CRD installation), xz and openssl.
 command -v etcd >/dev/null 2>&1 || apt_install etcd-server
 command -v kubectl >/dev/null 2>&1 || apt_install kubernetes-client
-command -v xz >/dev/null 2>&1 || apt_install xz-utils
 command -v openssl >/dev/null 2>&1 || apt_install openssl
 command -v setsid >/dev/null 2>&1 || apt_install util-linux
 # Lint of scripts/ (scripts/test-all.sh).
-command -v shellcheck >/dev/null 2>&1 || apt_install shellcheck
+[ "$demo" = 1 ] || command -v shellcheck >/dev/null 2>&1 || apt_install shellcheck
+# Network namespaces for magnum-capi-proxy's test (proxy/tests/netns.rs).
+[ "$demo" = 1 ] || command -v ip >/dev/null 2>&1 || apt_install iproute2
 
 if ! rabbitmqctl -q status >/dev/null 2>&1; then
   log "starting RabbitMQ"
@@ -92,6 +115,13 @@ install_driver() {  # install_driver DIR: (re)install deploy/magnum-driver when 
     echo "$sum" > "$stamp"
   fi
 }
+# The demo runs Magnum 23.0.0's client code and a control plane; nothing else.
+make_venv "$VENV" "$PY_REQS"
+if [ "$demo" = 1 ]; then
+  echo "export MAGNUM_VENV=$VENV K8S_BIN_DIR=$K8S_BIN_DIR CAPI_CRDS_DIR=$CAPI_CRDS_DIR"
+  exit 0
+fi
+
 # Prometheus + promtool (tests/python/test_prometheus.py): Debian's package,
 # unpacked into the cache rather than installed (no service is started).
 PROM_DIR="${PROMETHEUS_DIR:-$HOME/.cache/magnum-conductor-rs/prometheus}"
@@ -121,13 +151,17 @@ TEMPEST_REQS="tempest==47.0.0 magnum-tempest-plugin==2.12.0"
 # venvs (their oslo pins differ).
 OS_VENV="${OPENSTACK_VENV:-$HOME/.cache/magnum-conductor-rs/venv-openstack-neutron29-octavia19}"
 OS_REQS="neutron==29.0.0 octavia==19.0.0 PyMySQL==1.2.4 gunicorn==23.0.0"
-make_venv "$VENV" "$PY_REQS"
 make_venv "$OS_VENV" "$OS_REQS"
 # Cinder (API, scheduler, volume service with Cinder's own storage-free
 # test driver, which imports `fixtures`), in a venv of its own.
 CINDER_VENV="${CINDER_VENV:-$HOME/.cache/magnum-conductor-rs/venv-cinder-29.0.0}"
 CINDER_REQS="cinder==29.0.0 fixtures==4.3.2 PyMySQL==1.2.4"
 make_venv "$CINDER_VENV" "$CINDER_REQS"
+# Glance's and Nova's APIs (images, flavors, keypairs: what magnum-api
+# validates and tempest makes), of the same release, in a venv of their own.
+NOVA_GLANCE_VENV="${NOVA_GLANCE_VENV:-$HOME/.cache/magnum-conductor-rs/venv-nova34-glance33}"
+NOVA_GLANCE_REQS="nova==34.0.0 glance==33.0.0 PyMySQL==1.2.4 gunicorn==23.0.0"
+make_venv "$NOVA_GLANCE_VENV" "$NOVA_GLANCE_REQS"
 provider_src="$(cd "$(dirname "$0")/.." && pwd)/tests/openstack/octavia-test-provider"
 provider_sum="$(cd "$provider_src" && find . -name '*.py' -o -name '*.toml' | sort | xargs sha256sum | sha256sum | cut -c1-16)"
 if [ "$(cat "$OS_VENV/.provider" 2>/dev/null)" != "$provider_sum" ]; then
@@ -153,4 +187,4 @@ if [ ! -x /opt/stack/bin/kubectl ]; then
 fi
 install_driver "$API_VENV"
 install_driver "$API22_VENV"
-echo "export MAGNUM_VENV=$VENV MAGNUM22_VENV=$VENV22 KEYSTONE_VENV=$KS_VENV MAGNUM_API_VENV=$API_VENV MAGNUM22_API_VENV=$API22_VENV PROMETHEUS_DIR=$PROM_DIR ANSIBLE_VENV=$ANS_VENV ANSIBLE_LINT_VENV=$LINT_VENV TEMPEST_VENV=$TEMPEST_VENV OPENSTACK_VENV=$OS_VENV CINDER_VENV=$CINDER_VENV"
+echo "export MAGNUM_VENV=$VENV MAGNUM22_VENV=$VENV22 KEYSTONE_VENV=$KS_VENV MAGNUM_API_VENV=$API_VENV MAGNUM22_API_VENV=$API22_VENV PROMETHEUS_DIR=$PROM_DIR ANSIBLE_VENV=$ANS_VENV ANSIBLE_LINT_VENV=$LINT_VENV TEMPEST_VENV=$TEMPEST_VENV OPENSTACK_VENV=$OS_VENV CINDER_VENV=$CINDER_VENV NOVA_GLANCE_VENV=$NOVA_GLANCE_VENV K8S_BIN_DIR=$K8S_BIN_DIR CAPI_CRDS_DIR=$CAPI_CRDS_DIR"

@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-eval "$(scripts/setup-env.sh | tail -n 1)"
+exports="$(scripts/setup-env.sh | tail -n 1)"  # a failure stops here (eval of nothing would not)
+eval "$exports"
 export CARGO_TERM_COLOR=never
 # Each stage's heading says when it started (seconds since this script
 # began, set-up included): CI's budget is 90 minutes and this shows where
@@ -25,11 +26,20 @@ stage "no crash-point code in a build without the failpoints feature"
 # resolves the dependencies' features as for the builds below (tokio,
 # serde_json and tokio-rustls gain features from the test crates): each
 # dependency is compiled once for all of them, not twice.
-cargo build --workspace --bin magnum-conductor --quiet
+# The build the demo below runs (and the one scripts/demo.sh makes).
+cargo build --workspace --bin magnum-conductor --bin capi-sim --quiet
 if grep -a -q -e MAGNUM_CONDUCTOR_FAILPOINT -e "failpoint reached" target/debug/magnum-conductor; then
   echo "crash-point code found in a build without the failpoints feature" >&2
   exit 1
 fi
+# The demo (README's first command) runs this build, as released, beside
+# the builds and cargo test below (it mostly waits on simulated rollouts);
+# its outcome is checked before the Python suite.
+stage "the demo (README's first command: scripts/demo.sh), as released: started in the background"
+demo_dir="$(mktemp -d)"
+cp target/debug/magnum-conductor target/debug/capi-sim "$demo_dir/"
+DEMO_BIN_DIR="$demo_dir" scripts/demo.sh > "$demo_dir/demo.log" 2>&1 &
+demo_pid=$!
 stage "cargo build (with the crash points the restart tests use)"
 cargo build --workspace --quiet --features conductor/failpoints
 grep -a -q MAGNUM_CONDUCTOR_FAILPOINT target/debug/magnum-conductor
@@ -42,9 +52,17 @@ MAGNUM_CONDUCTOR_BIN="$PWD/target/debug/magnum-conductor" \
   "$MAGNUM_VENV/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q tests/python/test_tempest.py \
   >"$tempest_log" 2>&1 &
 tempest_pid=$!
-trap 'kill "$tempest_pid" 2>/dev/null || true' EXIT
+trap 'kill "$tempest_pid" "$demo_pid" 2>/dev/null || true' EXIT
 stage "cargo test (unit + integration, real RabbitMQ)"
 MAGNUM_VENV="$MAGNUM_VENV" cargo test --workspace --quiet --features conductor/failpoints 2>&1 | tee /tmp/mc-cargo-test.log
+stage "the demo's outcome"
+if ! wait "$demo_pid"; then
+  cat "$demo_dir/demo.log"
+  echo "scripts/demo.sh failed" >&2
+  exit 1
+fi
+grep -E '^(===|---)' "$demo_dir/demo.log"
+rm -rf "$demo_dir"
 stage "magnum-api driver package (Magnum 23.0.0 and 22.0.0, installed as operators do)"
 for api_venv in "$MAGNUM_API_VENV" "$MAGNUM22_API_VENV"; do
   "$api_venv/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q deploy/magnum-driver/tests

@@ -2,6 +2,7 @@
 //! ([`config`]), oslo.messaging transport URLs ([`transport_url`]), Magnum's
 //! short ids ([`short_id`]) and a [`secret::Secret`] string that never prints.
 
+pub mod api_proxy;
 pub mod certs;
 pub mod config;
 pub mod db;

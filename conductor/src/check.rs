@@ -27,6 +27,8 @@ pub enum Status {
     Ok,
     Fail,
     Skip,
+    /// Worth an operator's look, not a reason to stop (exit 0).
+    Warn,
 }
 
 impl Line {
@@ -41,6 +43,14 @@ impl Line {
     pub fn fail(what: &'static str, detail: impl Into<String>, hint: impl Into<String>) -> Line {
         Line {
             status: Status::Fail,
+            what,
+            detail: detail.into(),
+            hint: Some(hint.into()),
+        }
+    }
+    fn warn(what: &'static str, detail: impl Into<String>, hint: impl Into<String>) -> Line {
+        Line {
+            status: Status::Warn,
             what,
             detail: detail.into(),
             hint: Some(hint.into()),
@@ -61,6 +71,7 @@ impl Line {
             Status::Ok => "OK",
             Status::Fail => "FAIL",
             Status::Skip => "SKIP",
+            Status::Warn => "WARN",
         };
         let mut s = format!("{word:<5} {:<11} {}", self.what, self.detail);
         if let Some(h) = &self.hint {
@@ -420,6 +431,9 @@ async fn management(cfg: &Config) -> Vec<Line> {
             format!("install or upgrade {}", providers.join(", ")),
         )
     }];
+    if cfg.capi.api_proxy {
+        out.push(api_proxy(&client, &cfg.capi.lease_namespace).await);
+    }
     if cfg.capi.ha_leases {
         out.push(
             match crate::lifecycle::coordination::lease::prepare(&client, &cfg.capi.lease_namespace)
@@ -439,6 +453,137 @@ async fn management(cfg: &Config) -> Vec<Line> {
         );
     }
     out
+}
+
+/// The clusters reached through `magnum-capi-proxy` (I/O: their Services,
+/// the proxies' EndpointSlices and Leases), judged by [`proxy_paths`].
+async fn api_proxy(client: &kube::Client, lease_namespace: &str) -> Line {
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+    let list = |gv: (&str, &str, &str, &str), ns: Option<&str>, labels: String| {
+        let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(gv.0, gv.1, gv.2), gv.3);
+        let api: Api<DynamicObject> = match ns {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+            None => Api::all_with(client.clone(), &ar),
+        };
+        async move {
+            let l = api.list(&ListParams::default().labels(&labels)).await?;
+            Ok::<Vec<serde_json::Value>, kube::Error>(
+                l.items
+                    .iter()
+                    .filter_map(|o| serde_json::to_value(o).ok())
+                    .collect(),
+            )
+        }
+    };
+    use common::api_proxy as p;
+    let got = tokio::time::timeout(Duration::from_secs(15), async {
+        Ok::<_, kube::Error>((
+            list(
+                ("", "v1", "Service", "services"),
+                None,
+                p::SERVICE_LABEL.to_string(),
+            )
+            .await?,
+            list(
+                ("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices"),
+                None,
+                format!("endpointslice.kubernetes.io/managed-by={}", p::MANAGED_BY),
+            )
+            .await?,
+            list(
+                ("coordination.k8s.io", "v1", "Lease", "leases"),
+                Some(lease_namespace),
+                p::HOST_LABEL.to_string(),
+            )
+            .await?,
+        ))
+    })
+    .await;
+    match got {
+        Ok(Ok((services, slices, leases))) => {
+            proxy_paths(&services, &slices, &leases, chrono::Utc::now())
+        }
+        Ok(Err(e)) => Line::fail(
+            "api-proxy",
+            format!("cannot list the proxy Services, EndpointSlices or Leases: {e}"),
+            "grant list on services and endpointslices, and on leases in the lease namespace",
+        ),
+        Err(_) => Line::fail(
+            "api-proxy",
+            "the apiserver did not answer within 15 s",
+            "check that the kubeconfig's apiserver is reachable from this host",
+        ),
+    }
+}
+
+/// Which clusters without an API floating IP no live proxy host reaches
+/// (pure): a Service of the conductor's with no ready EndpointSlice from a
+/// host whose Lease is current.
+pub fn proxy_paths(
+    services: &[serde_json::Value],
+    slices: &[serde_json::Value],
+    leases: &[serde_json::Value],
+    now: chrono::DateTime<chrono::Utc>,
+) -> Line {
+    use common::api_proxy as p;
+    let s = |v: &serde_json::Value, ptr: &str| {
+        v.pointer(ptr).and_then(|x| x.as_str()).map(str::to_string)
+    };
+    let alive: Vec<String> = leases
+        .iter()
+        .filter_map(p::lease_alive_until)
+        .filter(|(_, until)| *until >= now)
+        .map(|(host, _)| host)
+        .collect();
+    let label = |v: &serde_json::Value, k: &str| {
+        v.pointer("/metadata/labels")
+            .and_then(|l| l.get(k))
+            .and_then(|x| x.as_str())
+            .map(str::to_string)
+    };
+    let mut lacking = Vec::new();
+    for svc in services {
+        let (Some(ns), Some(name)) = (s(svc, "/metadata/namespace"), s(svc, "/metadata/name"))
+        else {
+            continue;
+        };
+        let reached = slices.iter().any(|sl| {
+            s(sl, "/metadata/namespace").as_deref() == Some(ns.as_str())
+                && label(sl, "kubernetes.io/service-name").as_deref() == Some(name.as_str())
+                && label(sl, p::HOST_LABEL).is_some_and(|h| alive.contains(&h))
+                && p::slice_ready(sl)
+        });
+        if !reached {
+            let cluster = label(svc, p::SERVICE_LABEL).unwrap_or(name);
+            lacking.push(format!("{ns}/{cluster}"));
+        }
+    }
+    let hosts = if alive.is_empty() {
+        "no proxy host alive".to_string()
+    } else {
+        format!("proxy hosts alive: {}", alive.join(", "))
+    };
+    if lacking.is_empty() {
+        return Line::ok(
+            "api-proxy",
+            format!(
+                "{} cluster(s) without an API floating IP, each reached by a proxy host; {hosts}",
+                services.len()
+            ),
+        );
+    }
+    Line::warn(
+        "api-proxy",
+        format!(
+            "no proxy path to {} of {} cluster(s) without an API floating IP: {}; {hosts}",
+            lacking.len(),
+            services.len(),
+            lacking.join(", ")
+        ),
+        "run magnum-capi-proxy (deploy/ansible/magnum-capi-proxy.yml) on the hosts holding these \
+         clusters' network namespaces (qdhcp-<network> of the DHCP agent, ovnmeta-<network> of OVN's \
+         metadata agent); its log says why a cluster is down there",
+    )
 }
 
 async fn keystone(cfg: &Config) -> Line {
@@ -478,6 +623,9 @@ fn charts(cfg: &Config) -> Line {
         ("cilium", &c.cilium_chart),
         ("occm", &c.occm_chart),
         ("cinder-csi", &c.cinder_csi_chart),
+        ("metrics-server", &c.metrics_server_chart),
+        ("ingress-nginx", &c.ingress_nginx_chart),
+        ("monitoring", &c.monitoring_chart),
     ];
     Line::ok(
         "charts",
@@ -491,6 +639,58 @@ fn charts(cfg: &Config) -> Line {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clusters_no_live_proxy_host_reaches_are_named() {
+        use serde_json::json;
+        let now = chrono::Utc::now();
+        let svc = |c: &str| {
+            json!({"metadata": {"namespace": "magnum-p", "name": format!("{c}-apiserver"),
+                                "labels": {common::api_proxy::SERVICE_LABEL: c}}})
+        };
+        let slice = |c: &str, host: &str, ready: bool| {
+            json!({"metadata": {"namespace": "magnum-p", "name": format!("{c}-apiserver-{host}"),
+                                "labels": {"kubernetes.io/service-name": format!("{c}-apiserver"),
+                                           common::api_proxy::HOST_LABEL: host}},
+                   "endpoints": [{"addresses": ["192.0.2.1"], "conditions": {"ready": ready}}]})
+        };
+        let lease = |host: &str, age: i64| {
+            json!({"spec": {"holderIdentity": host, "leaseDurationSeconds": 30,
+                            "renewTime": (now - chrono::Duration::seconds(age)).to_rfc3339()}})
+        };
+        let l = proxy_paths(&[], &[], &[], now);
+        assert_eq!(l.status, Status::Ok);
+        let l = proxy_paths(
+            &[svc("k1"), svc("k2"), svc("k3")],
+            &[
+                slice("k1", "net-a", true),
+                slice("k2", "net-b", true),
+                slice("k3", "net-a", false),
+            ],
+            &[lease("net-a", 5), lease("net-b", 100)],
+            now,
+        );
+        assert_eq!(l.status, Status::Warn);
+        // k2's only host is dead, k3's only slice withdrawn.
+        assert!(
+            l.detail.contains("2 of 3") && l.detail.contains("magnum-p/k2, magnum-p/k3"),
+            "{}",
+            l.detail
+        );
+        assert!(
+            l.detail.contains("proxy hosts alive: net-a"),
+            "{}",
+            l.detail
+        );
+        assert!(l.render().starts_with("WARN  api-proxy"), "{}", l.render());
+        let l = proxy_paths(
+            &[svc("k1")],
+            &[slice("k1", "net-a", true)],
+            &[lease("net-a", 1)],
+            now,
+        );
+        assert_eq!(l.status, Status::Ok, "{}", l.detail);
+    }
 
     #[test]
     fn missing_names_what_is_not_served() {

@@ -48,6 +48,10 @@ enum Command {
         #[arg(long)]
         markdown: bool,
     },
+    /// Print the label table (docs/labels.md): every label of the Cluster
+    /// API drivers and of Magnum's Heat-era list, and what this conductor
+    /// does with it.
+    LabelTable,
     /// Take over CLUSTER (uuid or name), a running cluster another driver
     /// created: prints the plan (objects owned, created or kept; machines
     /// that would be replaced: an adoption replaces none), then marks its
@@ -120,6 +124,10 @@ async fn shutdown_signal() {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(Command::LabelTable) = args.command {
+        print!("{}", conductor::capi::label_table::markdown());
+        return ExitCode::SUCCESS;
+    }
     if let Some(Command::ConfigSample { markdown }) = args.command {
         if markdown {
             print!("{}", common::config::reference::markdown());
@@ -187,7 +195,7 @@ fn main() -> ExitCode {
     };
     let code = match args.command {
         Some(Command::DbCreate { revision }) => runtime.block_on(db_create(cfg, revision)),
-        Some(Command::ConfigSample { .. }) => ExitCode::SUCCESS,
+        Some(Command::ConfigSample { .. } | Command::LabelTable) => ExitCode::SUCCESS,
         Some(Command::Check) => runtime.block_on(async {
             let lines = conductor::check::run(&cfg).await;
             for l in &lines {

@@ -1,5 +1,5 @@
 //! The Lease protocol (src/lifecycle/coordination/lease.rs) against a real kube-apiserver
-//! (`../shared/k8s`: resourceVersion preconditions, 409s): one holder at a time,
+//! (`scripts/k8s-up.sh`: resourceVersion preconditions, 409s): one holder at a time,
 //! release deletes, expiry by observation, and a release that lost a race
 //! with a renewal still deletes the lease (found by 100 creates on two
 //! conductors: the leader waited for ever on a lease it had left behind).

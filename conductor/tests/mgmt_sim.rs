@@ -1,5 +1,5 @@
 //! Rendered objects applied through the conductor's management-cluster
-//! adapter into a real kube-apiserver (`../shared/k8s`, both CAPI lines,
+//! adapter into a real kube-apiserver (`scripts/k8s-up.sh`, both CAPI lines,
 //! detected), provisioned by the simulated controllers, then read back into
 //! the status mapper: CREATE_COMPLETE, HEALTHY, api_address, coe_version and
 //! node addresses.
@@ -41,6 +41,7 @@ fn input(line: CapiLine) -> ClusterInput {
         fixed_subnet: None,
         dns_nameservers: vec![],
         master_lb_enabled: true,
+        api_proxy: false,
         workers: vec![WorkerGroup {
             name: "default-worker".into(),
             key: "default-worker".into(),
@@ -193,6 +194,7 @@ async fn provision(line: Line) {
                 &ns,
             )
             .await,
+            api_slices: Vec::new(),
         };
         let targets = Targets {
             control_plane: GroupTarget {
@@ -208,6 +210,7 @@ async fn provision(line: Line) {
                 template: Some(render::group_template_name(&c, &c.workers[0])),
                 ..GroupTarget::default()
             }],
+            proxied: false,
         };
         let clock = Clock {
             elapsed_min: 1,

@@ -1,5 +1,5 @@
 //! The rendered CAPI objects pass Strict validation by a real kube-apiserver
-//! holding the CRDs of each release line (`../shared/k8s`: a server-side
+//! holding the CRDs of each release line (`scripts/k8s-up.sh`: a server-side
 //! apply with `dryRun=All`, as the conductor applies them, CEL rules and
 //! all), are written in each CRD's stored version, reference each other
 //! consistently, and are named stably.
@@ -48,6 +48,7 @@ fn input(line: CapiLine, extra: &[(&str, &str)], fixed: bool) -> ClusterInput {
         fixed_subnet: fixed.then(|| "0f6a1b2c-3d4e-4b8a-9d3e-5b7c6a526f3e".into()),
         dns_nameservers: vec!["8.8.8.8".into()],
         master_lb_enabled: true,
+        api_proxy: false,
         workers: vec![WorkerGroup {
             name: "default-worker".into(),
             key: "default-worker".into(),
@@ -226,6 +227,279 @@ async fn rendered_objects_are_strict_valid_on_both_lines() {
         assert!(no_heal.iter().all(|o| o["kind"] != "MachineHealthCheck"));
         check(line, capi, &no_heal).await;
     }
+}
+
+#[tokio::test]
+async fn a_cluster_without_an_api_floating_ip_is_published_for_the_proxy() {
+    for (line, capi) in [
+        (Line::V1beta1, CapiLine::V1beta1),
+        (Line::V1beta2, CapiLine::V1beta2),
+    ] {
+        let mut c = input(capi, &[("master_lb_floating_ip_enabled", "false")], false);
+        c.api_proxy = true;
+        let objs = render(&c);
+        let name = common::api_proxy::server_name(&c.stack_id, &c.namespace);
+        let osc = objs
+            .iter()
+            .find(|o| o["kind"] == "OpenStackCluster")
+            .unwrap();
+        assert_eq!(osc["spec"]["disableAPIServerFloatingIP"], true);
+        let kcp = objs
+            .iter()
+            .find(|o| o["kind"] == "KubeadmControlPlane")
+            .unwrap();
+        assert_eq!(
+            kcp["spec"]["kubeadmConfigSpec"]["clusterConfiguration"]["apiServer"]["certSANs"],
+            serde_json::json!([name])
+        );
+        let svc = objs.iter().find(|o| o["kind"] == "Service").unwrap();
+        assert_eq!(
+            svc["metadata"]["name"],
+            common::api_proxy::service_name(&c.stack_id)
+        );
+        assert_eq!(
+            svc["metadata"]["labels"][common::api_proxy::SERVICE_LABEL],
+            c.stack_id.as_str()
+        );
+        assert!(svc["spec"].get("selector").is_none());
+        assert_eq!(svc["spec"]["ports"][0]["name"], "https");
+        // The Service's namespace is the cluster's.
+        ensure_namespace(&client(line).await, &c.namespace).await;
+        check(line, capi, &objs).await;
+        // An adopted control plane keeps its own certificate: not proxied.
+        c.adopted = Some(conductor::capi::render::Adopted::default());
+        assert!(!c.proxied());
+        assert!(render(&c).iter().all(|o| o["kind"] != "Service"));
+    }
+}
+
+#[tokio::test]
+async fn api_server_labels_are_flags_on_both_lines() {
+    let labels = [
+        ("api_server_cert_sans", "api.example.com,192.0.2.7"),
+        (
+            "api_server_tls_cipher_suites",
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+        ),
+        (
+            "kubelet_tls_cipher_suites",
+            "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+        ),
+        ("admission_control_list", "AlwaysPullImages"),
+        ("oidc_issuer_url", "https://issuer.example.com"),
+        ("oidc_client_id", "kubernetes"),
+    ];
+    for (line, capi) in [
+        (Line::V1beta1, CapiLine::V1beta1),
+        (Line::V1beta2, CapiLine::V1beta2),
+    ] {
+        let objs = render(&input(capi, &labels, false));
+        // A flag of kubeadm extraArgs in either line's shape.
+        let arg = |args: &Value, name: &str| -> Option<String> {
+            match args {
+                Value::Object(m) => m.get(name).and_then(Value::as_str).map(str::to_string),
+                Value::Array(a) => a
+                    .iter()
+                    .find(|e| e["name"] == name)
+                    .and_then(|e| e["value"].as_str())
+                    .map(str::to_string),
+                _ => None,
+            }
+        };
+        let kcp = objs
+            .iter()
+            .find(|o| o["kind"] == "KubeadmControlPlane")
+            .unwrap();
+        let cc = &kcp["spec"]["kubeadmConfigSpec"]["clusterConfiguration"];
+        let api = &cc["apiServer"]["extraArgs"];
+        assert_eq!(arg(api, "cloud-provider").as_deref(), Some("external"));
+        assert_eq!(
+            arg(api, "tls-cipher-suites").as_deref(),
+            Some("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256")
+        );
+        assert_eq!(
+            arg(api, "enable-admission-plugins").as_deref(),
+            Some("NodeRestriction,AlwaysPullImages")
+        );
+        assert_eq!(
+            arg(api, "oidc-issuer-url").as_deref(),
+            Some("https://issuer.example.com")
+        );
+        assert_eq!(arg(api, "oidc-client-id").as_deref(), Some("kubernetes"));
+        assert_eq!(
+            cc["apiServer"]["certSANs"],
+            serde_json::json!(["api.example.com", "192.0.2.7"])
+        );
+        // Every kubelet: the control plane's (init, join) and the workers'.
+        let kct = objs
+            .iter()
+            .find(|o| o["kind"] == "KubeadmConfigTemplate")
+            .unwrap();
+        for nr in [
+            &kcp["spec"]["kubeadmConfigSpec"]["initConfiguration"]["nodeRegistration"],
+            &kcp["spec"]["kubeadmConfigSpec"]["joinConfiguration"]["nodeRegistration"],
+            &kct["spec"]["template"]["spec"]["joinConfiguration"]["nodeRegistration"],
+        ] {
+            assert_eq!(
+                arg(&nr["kubeletExtraArgs"], "tls-cipher-suites").as_deref(),
+                Some("TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"),
+                "{nr}"
+            );
+        }
+        check(line, capi, &objs).await;
+    }
+}
+
+/// Issue 32: the placement, network, storage, load balancer and audit
+/// labels, in the objects and accepted by both lines' CRDs.
+#[tokio::test]
+async fn infrastructure_labels_on_both_lines() {
+    let labels = [
+        ("boot_volume_availability_zone", "az-volumes"),
+        ("control_plane_availability_zones", "az-1,az-2,az-3"),
+        ("api_server_lb_flavor", "ha"),
+        ("api_server_lb_availability_zone", "az-lb"),
+        ("api_server_floating_ip", "203.0.113.7"),
+        (
+            "extra_network_names",
+            "storage,0f6a1b2c-3d4e-4b8a-9d3e-5b7c6a526f3e",
+        ),
+        ("etcd_volume_size", "20"),
+        ("etcd_volume_type", "nvme"),
+        ("server_group_policies", "soft-anti-affinity"),
+        ("different_failure_domain", "true"),
+        ("audit_log_enabled", "true"),
+        ("audit_log_max_age", "7"),
+        ("keystone_auth_enabled", "true"),
+    ];
+    for (line, capi) in [
+        (Line::V1beta1, CapiLine::V1beta1),
+        (Line::V1beta2, CapiLine::V1beta2),
+    ] {
+        let c = input(capi, &labels, true);
+        let objs = render(&c);
+        let of =
+            |kind: &str| -> Vec<&Value> { objs.iter().filter(|o| o["kind"] == kind).collect() };
+        let osc = &of("OpenStackCluster")[0]["spec"];
+        assert_eq!(osc["apiServerLoadBalancer"]["flavor"], "ha");
+        assert_eq!(osc["apiServerLoadBalancer"]["availabilityZone"], "az-lb");
+        assert_eq!(osc["apiServerFloatingIP"], "203.0.113.7");
+        assert_eq!(
+            osc["controlPlaneAvailabilityZones"],
+            serde_json::json!(["az-1", "az-2", "az-3"])
+        );
+        let omts = of("OpenStackMachineTemplate");
+        let (cp, worker) = (
+            &omts[0]["spec"]["template"]["spec"],
+            &omts[1]["spec"]["template"]["spec"],
+        );
+        // The etcd volume on the control plane only, before containerd's.
+        let names = |m: &Value| -> Vec<String> {
+            m["additionalBlockDevices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(names(cp), ["etcd", "containerd"]);
+        assert_eq!(names(worker), ["containerd"]);
+        let etcd = &cp["additionalBlockDevices"][0];
+        assert_eq!(etcd["sizeGiB"], 20);
+        assert_eq!(etcd["storage"]["volume"]["type"], "nvme");
+        for (m, group) in [(cp, "control-plane"), (worker, "default-worker")] {
+            assert_eq!(m["rootVolume"]["availabilityZone"]["name"], "az-volumes");
+            assert_eq!(
+                m["ports"],
+                serde_json::json!([{}, {"network": {"filter": {"name": "storage"}}},
+                                   {"network": {"id": "0f6a1b2c-3d4e-4b8a-9d3e-5b7c6a526f3e"}}])
+            );
+            assert_eq!(
+                m["serverGroup"]["filter"]["name"],
+                format!("magnum-{}-{group}", c.cluster_uuid)
+            );
+            assert_eq!(
+                m["schedulerHintAdditionalProperties"],
+                serde_json::json!([{"name": "different_failure_domain",
+                                    "value": {"type": "Bool", "bool": true}}])
+            );
+        }
+        let kcp = &of("KubeadmControlPlane")[0]["spec"]["kubeadmConfigSpec"];
+        assert_eq!(
+            kcp["mounts"],
+            serde_json::json!([
+                ["LABEL=etcd_disk", "/var/lib/etcd"],
+                ["LABEL=containerd", "/var/lib/containerd"]
+            ])
+        );
+        assert_eq!(kcp["diskSetup"]["partitions"][0]["device"], "/dev/vdb");
+        assert_eq!(kcp["diskSetup"]["partitions"][1]["device"], "/dev/vdc");
+        // Workers keep containerd on their first extra disk.
+        let kct = &of("KubeadmConfigTemplate")[0]["spec"]["template"]["spec"];
+        assert_eq!(kct["diskSetup"]["partitions"][0]["device"], "/dev/vdb");
+        // The audit log: flags, the policy file, the two host directories.
+        let api = &kcp["clusterConfiguration"]["apiServer"];
+        let args: BTreeMap<String, String> = match &api["extraArgs"] {
+            Value::Object(m) => m
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+                .collect(),
+            Value::Array(a) => a
+                .iter()
+                .map(|e| {
+                    (
+                        e["name"].as_str().unwrap().to_string(),
+                        e["value"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect(),
+            other => panic!("extraArgs {other}"),
+        };
+        assert_eq!(args["audit-log-maxage"], "7");
+        assert_eq!(args["audit-log-maxbackup"], "10");
+        assert_eq!(
+            args["audit-log-path"],
+            "/var/log/audit/kube-apiserver-audit.log"
+        );
+        let policy = &args["audit-policy-file"];
+        assert_eq!(kcp["files"][0]["path"], policy.as_str());
+        assert!(
+            kcp["files"][0]["content"]
+                .as_str()
+                .unwrap()
+                .starts_with("apiVersion: audit.k8s.io/v1\nkind: Policy\n")
+        );
+        let mounts: Vec<&str> = api["extraVolumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["mountPath"].as_str().unwrap())
+            .collect();
+        assert!(policy.starts_with(mounts[0]) && args["audit-log-path"].starts_with(mounts[1]));
+        // Keystone: both webhooks read the kubeconfig the control plane
+        // writes, in a directory the static pod mounts; RBAC before it.
+        assert_eq!(args["authorization-mode"], "Node,RBAC,Webhook");
+        let hook = &args["authentication-token-webhook-config-file"];
+        assert_eq!(&args["authorization-webhook-config-file"], hook);
+        assert_eq!(kcp["files"][1]["path"], hook.as_str());
+        assert!(
+            kcp["files"][1]["content"]
+                .as_str()
+                .unwrap()
+                .contains("server: https://127.0.0.1:8443/webhook")
+        );
+        assert!(hook.starts_with(mounts[2]));
+        check(line, capi, &objs).await;
+    }
+    // Without an API load balancer, its flavor and zone have nowhere to go.
+    let mut c = input(CapiLine::V1beta1, &labels, false);
+    c.master_lb_enabled = false;
+    let osc = render(&c)
+        .into_iter()
+        .find(|o| o["kind"] == "OpenStackCluster")
+        .unwrap();
+    assert!(osc["spec"]["apiServerLoadBalancer"].get("flavor").is_none());
+    assert_eq!(osc["spec"]["apiServerFloatingIP"], "203.0.113.7");
 }
 
 #[tokio::test]
@@ -498,8 +772,135 @@ async fn addons_are_strict_valid_and_configurable() {
             conductor::cloud::identity::identity_from_occm_values(Some(legacy), &c.cluster_uuid),
             "kubernetes"
         );
+        // The label addons (issue 32): metrics-server by default; with the
+        // labels, ingress-nginx, kube-prometheus-stack and (Cilium's)
+        // Hubble, from the configured charts, images from the mirror.
+        let release = |objs: &[Value]| -> Vec<String> {
+            objs.iter()
+                .filter(|o| o["kind"] == "HelmChartProxy")
+                .map(|o| o["spec"]["releaseName"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(
+            release(&calico),
+            [
+                "cni-calico",
+                "openstack-ccm",
+                "cinder-csi",
+                "metrics-server"
+            ]
+        );
+        let ms = calico[3]["spec"]["valuesTemplate"].as_str().unwrap();
+        assert!(
+            ms.contains("--kubelet-insecure-tls")
+                && ms.contains("repository: registry.local:5000/mirror/metrics-server/"),
+            "{ms}"
+        );
+        let mut with = input(
+            capi,
+            &[
+                ("metrics_server_enabled", "false"),
+                ("ingress_controller", "nginx"),
+                ("monitoring_enabled", "true"),
+                ("keystone_auth_enabled", "true"),
+            ],
+            false,
+        );
+        // `input` parses for Calico, which refuses Hubble (a unit test).
+        with.labels.infra.addons.hubble_ui = true;
+        charts.monitoring.version = "60.0.0".into();
+        let private_ca = CloudConfig {
+            ca_file_content: Some(
+                "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into(),
+            ),
+            ..cloud.clone()
+        };
+        let more = addons::render(&with, "cilium", &charts, &private_ca, &with.cluster_uuid);
+        assert_eq!(
+            release(&more),
+            [
+                "cni-cilium",
+                "openstack-ccm",
+                "cinder-csi",
+                "ingress-nginx",
+                "monitoring"
+            ]
+        );
+        assert!(
+            more[0]["spec"]["valuesTemplate"]
+                .as_str()
+                .unwrap()
+                .contains("hubble:\n  enabled: true\n  relay:\n    enabled: true\n  ui:\n    enabled: true\n")
+        );
+        assert_eq!(more[3]["spec"]["chartName"], "ingress-nginx");
+        assert_eq!(more[3]["spec"]["namespace"], "ingress-nginx");
+        assert_eq!(more[6]["spec"]["chartName"], "kube-prometheus-stack");
+        assert_eq!(more[6]["spec"]["version"], "60.0.0");
+        // `keystone_auth_enabled`: a ClusterResourceSet applying, once, the
+        // ConfigMap of k8s-keystone-auth's objects to this cluster only.
+        let (cm, crs) = (&more[4], &more[5]);
+        assert_eq!(
+            (cm["kind"].as_str(), crs["kind"].as_str()),
+            (Some("ConfigMap"), Some("ClusterResourceSet"))
+        );
+        assert_eq!(
+            crs["apiVersion"],
+            format!(
+                "addons.cluster.x-k8s.io/{}",
+                if capi == CapiLine::V1beta2 {
+                    "v1beta2"
+                } else {
+                    "v1beta1"
+                }
+            )
+        );
+        assert_eq!(
+            crs["spec"]["resources"],
+            serde_json::json!([{"kind": "ConfigMap", "name": cm["metadata"]["name"]}])
+        );
+        assert_eq!(crs["spec"]["strategy"], "ApplyOnce");
+        assert_eq!(
+            crs["spec"]["clusterSelector"]["matchLabels"]["magnum.openstack.org/cluster-uuid"],
+            with.cluster_uuid.as_str()
+        );
+        let docs: Vec<Value> = cm["data"]["keystone-auth.yaml"]
+            .as_str()
+            .unwrap()
+            .split("\n---\n")
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        let ds = docs.iter().find(|d| d["kind"] == "DaemonSet").unwrap();
+        let container = &ds["spec"]["template"]["spec"]["containers"][0];
+        // Upstream's registry (test_labels_all.py: from the mirror).
+        assert_eq!(
+            container["image"],
+            "registry.k8s.io/provider-os/k8s-keystone-auth:v1.31.1"
+        );
+        let args = container["args"].to_string();
+        assert!(
+            args.contains("--keystone-url=https://keystone.example.com/v3"),
+            "{args}"
+        );
+        assert!(args.contains("--keystone-ca-file="), "{args}");
+        let policy = docs
+            .iter()
+            .find(|d| d["metadata"]["name"] == "k8s-keystone-auth-policy")
+            .unwrap();
+        assert!(
+            policy["data"]["policies"]
+                .as_str()
+                .unwrap()
+                .contains(&with.project_id)
+        );
         let client = client(line).await;
-        for o in calico.iter().chain(cilium.iter()) {
+        // What the set applies in the workload cluster: valid objects of
+        // this Kubernetes (the management apiserver, same version).
+        for d in &docs {
+            if let Err(e) = dry_run(&client, d).await {
+                panic!("{} {} refused: {e}", d["kind"], d["metadata"]["name"]);
+            }
+        }
+        for o in calico.iter().chain(cilium.iter()).chain(more.iter()) {
             if let Err(e) = dry_run(&client, o).await {
                 panic!("{} refused: {e}", o["metadata"]["name"]);
             }

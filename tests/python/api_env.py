@@ -1,8 +1,13 @@
 """The whole path a user takes, with nothing of ours standing in for OpenStack.
 
-- a real Keystone (scripts/keystone.sh): the `magnum` service user, a tenant
-  project with a member user, and a catalog holding container-infra (the
-  magnum-api below), image, compute and network (openstack_standin.py);
+- a real Keystone (scripts/keystone.sh): the `magnum`, `glance` and `nova`
+  service users, a tenant project with a member user, and a catalog holding
+  container-infra (the magnum-api below), image, compute and network;
+- the real Glance 33 and Nova 34 APIs and Neutron 29 (openstack_services.py)
+  holding what magnum-api validates a template and a cluster against, made
+  through their APIs as an operator and a user make them: public images
+  with their `os_distro`, flavors, the external network, the user's keypair
+  (Nova's keypairs are per user: tempest's users make their own);
 - the real magnum-api of Magnum 23.0.0 or 22.0.0, from the venvs
   scripts/setup-env.sh builds with our driver package installed as an
   operator installs it, behind keystonemiddleware, run either as the
@@ -23,7 +28,7 @@ import time
 import urllib.request
 
 from conftest import (ROOT, Conductor, free_port, new_database, new_vhost, rabbitmqctl, write_conf)
-from openstack_standin import Cloud
+from openstack_services import Glance, Neutron, Nova
 from test_lifecycle import Sim
 from test_lifecycle_keystone import KEYSTONE, call, password_token, start_keystone
 
@@ -59,6 +64,10 @@ def keystone_start(tmp):
     magnum = make("user", {"name": "magnum", "domain_id": "default", "password": SERVICE_PW})
     grant(service, magnum, "admin")
     grant(service, magnum, "service")  # keystonemiddleware validates tokens with it
+    for name in ("glance", "nova", "neutron"):  # their keystonemiddleware's users
+        user = make("user", {"name": name, "domain_id": "default", "password": SERVICE_PW})
+        grant(service, user, "admin")
+        grant(service, user, "service")
     # The trustee domain and its admin every Magnum deployment configures
     # ([trust]); Magnum 22's API resolves it on each policy check.
     trustee_domain = make("domain", {"name": "magnum"})
@@ -78,45 +87,124 @@ def keystone_start(tmp):
         for interface in ("public", "internal", "admin"):
             make("endpoint", {"service_id": sid, "interface": interface, "url": endpoint,
                               "region_id": "RegionOne"})
+        return sid
 
-    tokens = {}
-    service = [admin]
+    def unregister(sid):
+        """Out of the catalog (Keystone deletes the service's endpoints with it)."""
+        token, _ = password_token(url, "admin", admin_pw, project_name="admin")
+        status, _, _ = call("DELETE", f"{url}/services/{sid}", token)
+        assert status == 204, status
 
-    def user_of(token):
-        """The user a token was issued to (GET /v3/auth/tokens, as Nova's
-        auth middleware asks), or None for a token Keystone refuses."""
-        if not token:
-            return None
-        if token not in tokens:
-            status, _, got = call("GET", f"{url}/auth/tokens", service[0], headers={"X-Subject-Token": token})
-            if status == 401:  # the validating token expired: a new one
-                service[0], _ = password_token(url, "admin", admin_pw, project_name="admin")
-                status, _, got = call("GET", f"{url}/auth/tokens", service[0], headers={"X-Subject-Token": token})
-            tokens[token] = got["token"]["user"]["id"] if status == 200 else None
-        return tokens[token]
+    return dict(url=url, dir=d, admin_token=admin, admin_pw=admin_pw, tenant=tenant, alice=alice,
+                register=register, unregister=unregister, stop=lambda: subprocess.run([KEYSTONE, "stop", str(d)], timeout=30))
 
-    return dict(url=url, dir=d, admin_token=admin, tenant=tenant, alice=alice, register=register, user_of=user_of,
-                stop=lambda: subprocess.run([KEYSTONE, "stop", str(d)], timeout=30))
+
+IMAGES = [("ubuntu-2204-kube-v1.30.4", "ubuntu"), ("ubuntu-2204-kube-v1.31.1", "ubuntu"),
+          ("flatcar-kube-v1.30.4", "flatcar"), ("no-distro", None)]
+FLAVORS = [("m1.small", 2, 4096, 20), ("m1.medium", 4, 8192, 40)]
+KEYPAIR = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGfJv3b0Jd6Xb1kVx5l0Xo8wYc7bQm8hX0W8X9kqYh9u alice"
+_clouds = iter(range(1 << 30))
+
+
+def start_cloud(tmp, ks):
+    """Glance, Nova and Neutron registered in `ks`'s catalog, holding what
+    the tests' templates name: public images (with `os_distro`, one
+    without), the flavors, the external network `public`, and alice's
+    keypair `mykey`."""
+    n = f"{os.getpid()}_{next(_clouds)}"
+    for sub in ("neutron", "glance", "nova"):
+        (tmp / sub).mkdir()
+    url = ks["url"]
+    admin, _ = password_token(url, "admin", ks["admin_pw"], project_name="admin")
+    # One worker: magnum-api only reads the external network.
+    neutron = Neutron(tmp / "neutron", f"e2e_neutron_{n}", url, SERVICE_PW, workers=1)
+    services = [neutron]
+    try:
+        glance = Glance(tmp / "glance", f"e2e_glance_{n}", url, SERVICE_PW)
+        services.append(glance)
+        vhost = new_vhost("nova")
+        nova = Nova(tmp / "nova", f"e2e_nova_{n}", vhost, url, SERVICE_PW)
+        services.append(nova)
+        ks["register"]("image", "glance", glance.url)
+        ks["register"]("compute", "nova", nova.url)
+        ks["register"]("network", "neutron", neutron.url)
+
+        def ok(status_body, *codes):
+            status, _, body = status_body
+            assert status in codes, (status, body)
+            return body
+        # The cloud's external network, as an operator makes it.
+        public = ok(call("POST", f"{neutron.url}/v2.0/networks", admin, {"network": {
+            "name": "public", "router:external": True, "provider:network_type": "flat",
+            "provider:physical_network": "public", "project_id": "a0" * 16}}), 201)["network"]["id"]
+        ok(call("POST", f"{neutron.url}/v2.0/subnets", admin, {"subnet": {
+            "network_id": public, "cidr": "172.24.4.0/24", "ip_version": 4, "project_id": "a0" * 16}}), 201)
+        for name, distro in IMAGES:
+            body = {"name": name, "visibility": "public", "container_format": "bare", "disk_format": "qcow2"}
+            if distro:
+                body["os_distro"] = distro
+            ok(call("POST", f"{glance.url}/v2/images", admin, body), 201)
+        for name, vcpus, ram, disk in FLAVORS:
+            ok(call("POST", f"{nova.url}/flavors", admin, {"flavor": {
+                "name": name, "vcpus": vcpus, "ram": ram, "disk": disk}}), 200)
+        alice, _ = password_token(url, "alice", USER_PW, project_id=ks["tenant"])
+        ok(call("POST", f"{nova.url}/os-keypairs", alice, {"keypair": {"name": "mykey", "public_key": KEYPAIR}}), 200)
+    except BaseException:
+        for service in services:
+            service.stop()
+        raise
+    return dict(services=services, neutron=neutron, glance=glance, nova=nova, public=public, vhost=vhost)
+
+
+def shared_cloud(tmp):
+    """Keystone with Glance, Nova and Neutron, for several ApiEnvs in turn
+    (each registers its magnum-api and takes it out of the catalog when it
+    closes): `stop_shared_cloud` ends them."""
+    ks = keystone_start(tmp)
+    try:
+        return dict(ks=ks, cloud=start_cloud(tmp, ks))
+    except BaseException:
+        ks["stop"]()
+        raise
+
+
+def stop_shared_cloud(shared):
+    for service in shared["cloud"]["services"]:
+        service.stop()
+    rabbitmqctl("delete_vhost", shared["cloud"]["vhost"])
+    shared["ks"]["stop"]()
 
 
 class ApiEnv:
     def __init__(self, tmp, release="23", mode="console", line="v1beta2", workload_apiservers=False,
-                 api_conf_extra=""):
+                 api_conf_extra="", shared=None, workload_netns=False, cloud_cleanup=False):
+        """`shared`: a `shared_cloud` to use (else one of its own); `workload_netns`:
+        capi-sim runs the apiservers of clusters without an API floating IP
+        inside their tenant networks' namespaces (root)."""
         self.tmp, self.release, self.mode = tmp, release, mode
         self.venv = API_VENVS[release]
         assert os.path.exists(os.path.join(self.venv, "bin", "magnum-api")), \
             f"{self.venv}: run scripts/setup-env.sh"
         self.procs = []
-        self.ks = keystone_start(tmp)
-        self.cloud = Cloud(user_of=self.ks["user_of"])
-        cloud_url = self.cloud.start()
+        self.shared = shared or shared_cloud(tmp)
+        self.own_cloud = shared is None
+        try:
+            self._start(tmp, release, line, workload_apiservers, api_conf_extra, workload_netns, cloud_cleanup)
+        except BaseException:
+            # Leave nothing behind, above all not this magnum-api's endpoint in
+            # a shared catalog: the next ApiEnv's client would find it first
+            # and be refused (a CI failure once, after a control plane was
+            # slow to start here).
+            self.close()
+            raise
+
+    def _start(self, tmp, release, line, workload_apiservers, api_conf_extra, workload_netns, cloud_cleanup):
+        self.ks, self.cloud = self.shared["ks"], self.shared["cloud"]
         self.api_port = free_port()
         self.api_url = f"http://127.0.0.1:{self.api_port}"
-        self.ks["register"]("container-infra", "magnum", f"{self.api_url}/v1")
-        self.ks["register"]("image", "glance", f"{cloud_url}/image")
-        self.ks["register"]("compute", "nova", f"{cloud_url}/compute/v2.1")
-        self.ks["register"]("network", "neutron", f"{cloud_url}/network")
-        self.sim = Sim(tmp, line, 20, workload_apiservers=workload_apiservers)
+        self.magnum_service = self.ks["register"]("container-infra", "magnum", f"{self.api_url}/v1")
+        self.sim = Sim(tmp, line, 20, workload_apiservers=workload_apiservers or workload_netns,
+                       workload_netns=workload_netns)
         self.vhost = new_vhost("e2e")
         build, revision = DB_BUILD[release]
         self.db_url = new_database("e2e", build=build, revision=revision)
@@ -144,8 +232,10 @@ class ApiEnv:
         write_conf(self.conductor_conf, self.vhost, db_url=self.db_url,
                    extra=(f"[metrics]\nlisten = 127.0.0.1:{self.metrics_port}\n"
                           f"[capi]\nkubeconfig = {self.sim.kubeconfig}\nlease_duration = 5\nos_distros = ubuntu,rockylinux\n"
-                          # No Neutron, Octavia or Cinder behind this cloud's stand-in.
-                          f"cloud_cleanup = false\n"
+                          # No Octavia or Cinder in this cloud: nothing of OCCM's
+                          # or Cinder CSI's to clean up, unless a test asks
+                          # (server groups in Nova).
+                          f"cloud_cleanup = {'true' if cloud_cleanup else 'false'}\n"
                           f"[keystone_auth]\n{auth}"))
         self.conductor = Conductor(self.conductor_conf, self.metrics_port, str(tmp / "conductor.log"))
         self.api = self.start_api()
@@ -212,6 +302,7 @@ class ApiEnv:
         raise AssertionError(f"timed out; seen {seen}; see {self.tmp}")
 
     def close(self):
+        """Ends what this ApiEnv started, also when it started only part of it."""
         for p in self.procs:
             if p.poll() is None:
                 p.terminate()
@@ -219,9 +310,13 @@ class ApiEnv:
                     p.wait(10)
                 except subprocess.TimeoutExpired:
                     p.kill()
-        rc = self.conductor.stop()
-        self.sim.stop()
-        self.cloud.stop()
-        self.ks["stop"]()
-        rabbitmqctl("delete_vhost", self.vhost)
+        rc = self.conductor.stop() if hasattr(self, "conductor") else None
+        if hasattr(self, "sim"):
+            self.sim.stop()
+        if self.own_cloud:
+            stop_shared_cloud(self.shared)
+        elif hasattr(self, "magnum_service"):
+            self.ks["unregister"](self.magnum_service)
+        if hasattr(self, "vhost"):
+            rabbitmqctl("delete_vhost", self.vhost)
         return rc

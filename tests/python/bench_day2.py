@@ -1,4 +1,4 @@
-"""Day-2 cost on a real kube-apiserver (../shared/k8s, CAPI v1beta1 line;
+"""Day-2 cost on a real kube-apiserver (scripts/k8s-up.sh, CAPI v1beta1 line;
 the CAPI controllers simulated by capi-sim): time from a `cluster_resize`
 (or upgrade) request to the Magnum row saying UPDATE_COMPLETE, and the
 requests the conductor sends to the management cluster for it.
@@ -92,7 +92,7 @@ def main():
         for i in range(a.clusters):
             c = objects.Cluster(ctx, name=f"d{i}", cluster_template_id=t130.uuid, keypair="kp",
                                 labels={"kube_tag": "v1.30.4"}, master_flavor_id="m1.medium", flavor_id="m1.small",
-                                create_timeout=0, master_lb_enabled=False, floating_ip_enabled=False,
+                                create_timeout=0, master_lb_enabled=False, floating_ip_enabled=True,
                                 project_id=PROJECT, user_id=ctx.user_id)
             c.uuid = str(uuid.uuid4())
             rpc.cluster_create_async(c, 1, 2, 0)
@@ -161,7 +161,7 @@ def main():
         def mean_requests(rs):
             keys = sorted({k for r in rs for k in r})
             return {k: round(sum(r.get(k, 0) for r in rs) / len(rs), 1) for k in keys}
-        summary = dict(clusters=a.clusters, tick_ms=a.tick_ms, apiserver="kube-apiserver v1.28.7 (../shared/k8s)",
+        summary = dict(clusters=a.clusters, tick_ms=a.tick_ms, apiserver="kube-apiserver v1.28.7 (scripts/k8s-up.sh)",
                        to_update_complete_ms={k: quantiles(v) for k, v in results.items()},
                        rpc_return_ms={k: quantiles(v) for k, v in rpc_ms.items()},
                        apiserver_requests_per_operation={k: mean_requests(v) for k, v in requests.items()})

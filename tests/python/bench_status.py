@@ -1,4 +1,4 @@
-"""Status at scale: N clusters on a real kube-apiserver (../shared/k8s, CAPI
+"""Status at scale: N clusters on a real kube-apiserver (scripts/k8s-up.sh, CAPI
 v1beta1 line, the CAPI controllers simulated by capi-sim), then (controllers
 paused) how fast a CAPI status change reaches the Magnum row, and how many
 requests the conductor sends to the management cluster in steady state
@@ -265,7 +265,7 @@ def main():
         for i in range(a.clusters):
             c = objects.Cluster(ctx, name=f"b{i}", cluster_template_id=t.uuid, keypair="kp", labels={"kube_tag": "v1.30.4"},
                                 master_flavor_id="m1.medium", flavor_id="m1.small", create_timeout=0,
-                                master_lb_enabled=False, floating_ip_enabled=False, project_id=PROJECT, user_id=ctx.user_id)
+                                master_lb_enabled=False, floating_ip_enabled=True, project_id=PROJECT, user_id=ctx.user_id)
             c.uuid = str(uuid.uuid4())
             rpc.cluster_create_async(c, 1, 1, 0)
         cast_s = time.time() - t0
@@ -371,7 +371,7 @@ def main():
                                        max=round(lat[-1], 1)),
                        conductor_rss_mib=rss_mib(conductor.proc.pid), conductor_rss_mib_after_create=rss_created,
                        management_cluster_rss_mib=control_plane_rss(sim),
-                       apiserver="kube-apiserver v1.28.7 (../shared/k8s)",
+                       apiserver="kube-apiserver v1.28.7 (scripts/k8s-up.sh)",
                        churn_changes=churn.done, churn_per_second=a.churn_per_second, **grown)
         summary["rss_kib_per_cluster"] = round(summary["conductor_rss_mib"] * 1024 / max(a.total, a.clusters), 1)
         summary["cache"] = {kind: {k: int(conductor.metric(f"magnum_conductor_status_cache_{k}", kind=kind))

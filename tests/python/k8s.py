@@ -1,6 +1,6 @@
-"""Real Kubernetes control planes for the Python tests (`../shared/k8s`:
+"""Real Kubernetes control planes for the Python tests (`scripts/k8s-up.sh`:
 kube-apiserver + kube-controller-manager v1.28.7, etcd, the CRDs of one CAPI
-line), and the simulated CAPI controllers (`capi-sim`) running against one.
+line, from `scripts/fetch-artifacts.sh`), and the simulated CAPI controllers (`capi-sim`) running against one.
 
 - `control_plane(line)`: a fresh control plane for a test module (or test).
   One per line is kept warm in the background, so a module seldom waits the
@@ -27,7 +27,27 @@ import urllib.parse
 import urllib.request
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SHARED_K8S = os.environ.get("SHARED_K8S", os.path.join(ROOT, "..", "shared", "k8s"))
+K8S_UP = os.path.join(ROOT, "scripts", "k8s-up.sh")
+K8S_DOWN = os.path.join(ROOT, "scripts", "k8s-down.sh")
+
+
+def artifacts():
+    """`K8S_BIN_DIR` and `CAPI_CRDS_DIR` (scripts/fetch-artifacts.sh: the
+    verified binaries and CRDs), resolved once per process and exported, so
+    that every control plane and capi-sim started from here use them."""
+    if not (os.environ.get("K8S_BIN_DIR") and os.environ.get("CAPI_CRDS_DIR")):
+        p = subprocess.run([os.path.join(ROOT, "scripts", "fetch-artifacts.sh")], capture_output=True,
+                           text=True, timeout=1800, stdin=subprocess.DEVNULL)
+        if p.returncode != 0:
+            raise RuntimeError(f"scripts/fetch-artifacts.sh failed: {p.stderr[-2000:]}")
+        line = p.stdout.strip().splitlines()[-1]
+        assert line.startswith("export "), line
+        for kv in line[len("export "):].split():
+            k, v = kv.split("=", 1)
+            os.environ[k] = v
+    return os.environ["K8S_BIN_DIR"], os.environ["CAPI_CRDS_DIR"]
+
+
 _WORK = tempfile.mkdtemp(prefix="mc-k8s-")
 _all = []
 
@@ -37,10 +57,24 @@ class ControlPlane:
         self.line = line
         self.dir = tempfile.mkdtemp(prefix=f"{line}-", dir=_WORK)
         _all.append(self)
-        p = subprocess.run([os.path.join(SHARED_K8S, "up.sh"), self.dir, "--crds", line],
-                           capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-        if p.returncode != 0:
-            raise RuntimeError(f"up.sh {line} failed: {p.stdout[-2000:]}{p.stderr[-2000:]}")
+        artifacts()
+        # k8s-up.sh picks free ports by binding and releasing them; another
+        # test process may take one before etcd or kube-apiserver binds it
+        # (seen in CI: "kube-apiserver or etcd exited"). Such a start is
+        # torn down and made once more on fresh ports, with its logs kept.
+        for attempt in (1, 2):
+            p = subprocess.run([K8S_UP, self.dir, "--crds", line],
+                               capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+            if p.returncode == 0:
+                break
+            exited = "exited" in p.stderr
+            if attempt == 2 or not exited:
+                raise RuntimeError(f"k8s-up.sh {line} failed: {p.stdout[-2000:]}{p.stderr[-2000:]}")
+            subprocess.run([K8S_DOWN, self.dir], capture_output=True, timeout=60)
+            failed = self.dir + "-failed"
+            shutil.rmtree(failed, ignore_errors=True)
+            os.rename(self.dir, failed)
+            os.makedirs(self.dir)
         self.kubeconfig = os.path.join(self.dir, "kubeconfig")
         self.kube = Kube(self)
 
@@ -108,7 +142,7 @@ class ControlPlane:
     def stop(self):
         if self in _all:
             _all.remove(self)
-        subprocess.run([os.path.join(SHARED_K8S, "down.sh"), self.dir], capture_output=True, timeout=60)
+        subprocess.run([K8S_DOWN, self.dir], capture_output=True, timeout=60)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -219,7 +253,8 @@ class Sim:
     given): `kubeconfig` is the fault-injecting proxy's (what conductors
     use), `cp.kubeconfig` the apiserver's own."""
 
-    def __init__(self, tmp, line, tick_ms=20, cp=None, namespace=None, workload_apiservers=False, openstack=False):
+    def __init__(self, tmp, line, tick_ms=20, cp=None, namespace=None, workload_apiservers=False, openstack=False,
+                 workload_netns=False):
         self.own_cp = cp is None
         self.cp = cp or control_plane(line)
         self.kube = self.cp.kube
@@ -233,6 +268,7 @@ class Sim:
                                       "--tick-ms", str(tick_ms), "--proxy-kubeconfig", self.kubeconfig,
                                       "--ready-file", str(ready),
                                       *(["--workload-apiservers"] if workload_apiservers else []),
+                                      *(["--workload-netns"] if workload_netns else []),
                                       *(["--openstack"] if openstack else [])],
                                      stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 120

@@ -7,8 +7,9 @@ catalog by the tests:
   clean-up does not care about) under gunicorn: `network`;
 - Octavia's API server and driver agent with the suite's provider driver
   (tests/openstack/octavia-test-provider: statuses through octavia-lib, as
-  a real provider reports them) and Octavia's no-op network driver (VIP
-  ports are made up, not made in Neutron): `load-balancer`.
+  a real provider reports them; given Neutron, each VIP port a real port
+  there, as Octavia's allowed-address-pairs driver makes it):
+  `load-balancer`.
 
 - Cinder's API server, scheduler and volume service (CINDER_VENV), the
   volume service with Cinder's own storage-free driver
@@ -17,11 +18,14 @@ catalog by the tests:
   vhost, with `auth_strategy = keystone` (keystonemiddleware against the
   suite's Keystone, its service user `cinder`): `block-storage`.
 
-Neutron and Octavia run with `auth_strategy = noauth` for now: every
-request is admin-like and scoped by the `project_id` it names (the
-conductor's clean-up names its token's project in every list). Keystone
-still authenticates the conductor's application credential and hands it
-the catalog that points here."""
+- Glance's API (file store) and Nova's compute API (its API database and
+  cell0, no scheduler, conductor or compute), each with keystonemiddleware:
+  `image` and `compute` (NOVA_GLANCE_VENV).
+
+Each schema is made by the service's own tool once per machine and kept as
+a dump (`database`). Every service validates tokens with keystonemiddleware
+against the suite's Keystone, as its own service user."""
+import hashlib
 import os
 import signal
 import subprocess
@@ -35,6 +39,16 @@ CINDER_VENV = os.environ.get("CINDER_VENV", os.path.expanduser("~/.cache/magnum-
 VENV = os.environ.get("OPENSTACK_VENV",
                       os.path.expanduser("~/.cache/magnum-conductor-rs/venv-openstack-neutron29-octavia19"))
 
+IMAGE_VENV = os.environ.get("NOVA_GLANCE_VENV",
+                            os.path.expanduser("~/.cache/magnum-conductor-rs/venv-nova34-glance33"))
+
+
+def keystone_authtoken(keystone_url, user, password):
+    return (f"[keystone_authtoken]\nwww_authenticate_uri = {keystone_url}\nauth_url = {keystone_url}\n"
+            f"auth_type = password\nusername = {user}\npassword = {password}\nuser_domain_id = default\n"
+            f"project_name = service\nproject_domain_id = default\n")
+
+
 APP = "import sys\nsys.argv = ['neutron-api']\nfrom neutron.wsgi.api import application  # noqa: E402,F401\n"
 
 
@@ -43,8 +57,46 @@ def fresh_database(name):
                    check=True, timeout=60)
 
 
-def wait_http(url, procs, logs, what):
-    deadline = time.time() + 120
+SCHEMA_CACHE = os.path.expanduser("~/.cache/magnum-conductor-rs/schemas")
+
+
+def database(name, venv, what, make):
+    """A fresh database `name` holding the schema the service's own tool
+    builds (`make()`, e.g. `neutron-db-manage upgrade heads`). The first
+    build on a machine runs the tool and keeps a dump of the result, keyed
+    by `what` and the venv's pinned requirements; later ones load that dump
+    (seconds, where the migrations take up to a minute on a loaded machine):
+    the same tables and rows, made by the same tool."""
+    fresh_database(name)
+    with open(os.path.join(venv, ".requirements"), "rb") as f:
+        stamp = hashlib.sha256(f.read()).hexdigest()[:16]
+    path = os.path.join(SCHEMA_CACHE, f"{what}-{stamp}.sql")
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            subprocess.run(["mariadb", "-uroot", name], stdin=f, check=True, timeout=300)
+        return
+    make()
+    os.makedirs(SCHEMA_CACHE, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        subprocess.run(["mariadb-dump", "-uroot", "--skip-dump-date", name], stdout=f, check=True, timeout=300)
+    os.replace(tmp, path)
+
+
+def drop_databases(names):
+    subprocess.run(["mariadb", "-uroot", "-e", "; ".join(f"drop database if exists {n}" for n in names)],
+                   timeout=60)
+
+
+def manage(*cmd, timeout=600):
+    out = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, (cmd, out.stdout[-2000:], out.stderr[-2000:])
+
+
+def wait_http(url, procs, logs, what, limit=300):
+    """Until `url` answers (a loaded 2-core machine has seen Neutron's
+    workers take over two minutes to import and start)."""
+    deadline = time.time() + limit
     while True:
         try:
             with urllib.request.urlopen(url, timeout=5):
@@ -54,7 +106,7 @@ def wait_http(url, procs, logs, what):
         except OSError:
             for p, log in zip(procs, logs):
                 assert p.poll() is None, f"{what} exited:\n" + open(log).read()[-3000:]
-            assert time.time() < deadline, f"{what} did not answer within 120 s"
+            assert time.time() < deadline, f"{what} did not answer within {limit} s"
             time.sleep(0.5)
 
 
@@ -91,16 +143,32 @@ def stop(procs):
         p.wait(timeout=30)
 
 
+def gunicorn(venv, app, d, port, env, ready_url, what, workers=1):
+    """`app` (module:attribute, found from directory `d`) under the venv's
+    gunicorn on 127.0.0.1:`port`, output in `d/gunicorn.out`, with no 30 s
+    limit per request (a loaded 2-core machine has seen single requests
+    take longer); returns once `ready_url` answers."""
+    log = os.path.join(d, "gunicorn.out")
+    proc = subprocess.Popen(
+        [f"{venv}/bin/gunicorn", "--chdir", d, "-b", f"127.0.0.1:{port}", "-w", str(workers), "--timeout", "300",
+         "--pid", os.path.join(d, "gunicorn.pid"), app],
+        stdout=open(log, "w"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    wait_http(ready_url, [proc], [log], what)
+    return proc
+
+
 class Neutron:
-    def __init__(self, d, db_name):
-        """Start it in directory `d` with a fresh database `db_name`."""
+    def __init__(self, d, db_name, keystone_url, password, workers=2):
+        """Start it in directory `d` with a fresh database `db_name`, tokens
+        validated by `keystone_url` (keystonemiddleware) as the user
+        `neutron` (`password`, admin on the project `service`)."""
         self.dir = str(d)
+        self.dbs = [db_name]
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        fresh_database(db_name)
         conf = os.path.join(self.dir, "neutron.conf")
         with open(conf, "w") as f:
-            f.write(f"[DEFAULT]\ncore_plugin = ml2\nservice_plugins = router\nauth_strategy = noauth\n"
+            f.write(f"[DEFAULT]\ncore_plugin = ml2\nservice_plugins = router\nauth_strategy = keystone\n"
                     f"api_paste_config = {VENV}/etc/neutron/api-paste.ini\nlog_file = {self.dir}/neutron.log\n"
                     f"[database]\nconnection = mysql+pymysql://root@127.0.0.1:3306/{db_name}\n"
                     f"[ml2]\ntype_drivers = flat,vxlan\ntenant_network_types = vxlan\n"
@@ -109,42 +177,41 @@ class Neutron:
                     f"[oslo_concurrency]\nlock_path = {self.dir}\n"
                     # A test project makes more than the default 10 groups.
                     f"[quotas]\nquota_security_group = -1\nquota_floatingip = -1\n"
-                    f"quota_network = -1\nquota_port = -1\nquota_subnet = -1\n")
+                    f"quota_network = -1\nquota_port = -1\nquota_subnet = -1\nquota_router = -1\n"
+                    + keystone_authtoken(keystone_url, "neutron", password))
         with open(os.path.join(self.dir, "neutron_app.py"), "w") as f:
             f.write(APP)
-        out = subprocess.run([f"{VENV}/bin/neutron-db-manage", "--config-file", conf, "upgrade", "heads"],
-                             capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stderr[-2000:]
+        database(db_name, VENV, "neutron",
+                 lambda: manage(f"{VENV}/bin/neutron-db-manage", "--config-file", conf, "upgrade", "heads"))
         env = dict(os.environ, OS_NEUTRON_CONFIG_FILES=conf, PYTHONWARNINGS="ignore")
-        self.proc = subprocess.Popen(
-            # Two workers, and no 30 s limit per request: a loaded 2-core
-            # machine has seen a router's first interface take longer (its
-            # L3 notifications), and one slow request must not hold the rest.
-            [f"{VENV}/bin/gunicorn", "--chdir", self.dir, "-b", f"127.0.0.1:{self.port}", "-w", "2",
-             "--timeout", "300", "--pid", os.path.join(self.dir, "gunicorn.pid"), "neutron_app:application"],
-            stdout=open(os.path.join(self.dir, "gunicorn.out"), "w"), stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-        wait_http(f"{self.url}/v2.0/networks", [self.proc], [os.path.join(self.dir, "gunicorn.out")], "Neutron")
+        # Two workers for the clean-up tests: a router's first interface
+        # (its L3 notifications) must not hold every other request.
+        self.proc = gunicorn(VENV, "neutron_app:application", self.dir, self.port, env, f"{self.url}/v2.0/networks",
+                             "Neutron", workers)
 
     def stop(self):
         stop([self.proc])
+        drop_databases(self.dbs)
 
 
 class Octavia:
-    def __init__(self, d, db_name, neutron=None):
+    def __init__(self, d, db_name, neutron, keystone_url, password):
         """Start the API server and the driver agent in directory `d` with a
         fresh database `db_name`. `stall(lb_id)` makes the provider hold that
-        load balancer's deletion until `release(lb_id)`. With `neutron` (its
-        URL), VIP ports are real ports there (the provider's
-        `create_vip_port`)."""
+        load balancer's deletion until `release(lb_id)`. VIP ports are real
+        ports in `neutron` (its URL; the provider's `create_vip_port`).
+        Tokens are validated by `keystone_url` (keystonemiddleware) as the
+        user `octavia` (`password`, admin on the project `service`), also its
+        [service_auth] (the VIP ports)."""
         self.dir = str(d)
+        self.dbs = [db_name]
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        fresh_database(db_name)
         conf = os.path.join(self.dir, "octavia.conf")
         with open(conf, "w") as f:
             f.write(f"[DEFAULT]\nlog_file = {self.dir}/octavia.log\n"
-                    f"[api_settings]\nbind_host = 127.0.0.1\nbind_port = {self.port}\nauth_strategy = noauth\n"
+                    f"[api_settings]\nbind_host = 127.0.0.1\nbind_port = {self.port}\n"
+                    f"auth_strategy = keystone\n"
                     f"enabled_provider_drivers = test:The suite's provider\ndefault_provider_driver = test\n"
                     f"[database]\nconnection = mysql+pymysql://root@127.0.0.1:3306/{db_name}\n"
                     f"[driver_agent]\nstatus_socket_path = {self.dir}/status.sock\n"
@@ -154,13 +221,16 @@ class Octavia:
                     f"compute_driver = compute_noop_driver\namphora_driver = amphora_noop_driver\n"
                     f"[certificates]\ncert_manager = local_cert_manager\n"
                     f"[oslo_concurrency]\nlock_path = {self.dir}\n")
-        out = subprocess.run([f"{VENV}/bin/octavia-db-manage", "--config-file", conf, "upgrade", "head"],
-                             capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stderr[-2000:]
+            f.write(keystone_authtoken(keystone_url, "octavia", password))
+            f.write(f"[service_auth]\nauth_url = {keystone_url}\nauth_type = password\nusername = octavia\n"
+                    f"password = {password}\nuser_domain_id = default\nproject_name = service\n"
+                    f"project_domain_id = default\n")
+        database(db_name, VENV, "octavia",
+                 lambda: manage(f"{VENV}/bin/octavia-db-manage", "--config-file", conf, "upgrade", "head"))
         os.makedirs(os.path.join(self.dir, "stall"), exist_ok=True)
         env = dict(os.environ, PYTHONWARNINGS="ignore", OCTAVIA_TEST_PROVIDER_DIR=self.dir)
-        if neutron:
-            env["OCTAVIA_TEST_PROVIDER_NEUTRON"] = neutron
+        env["OCTAVIA_TEST_PROVIDER_NEUTRON"] = neutron
+        env["OCTAVIA_TEST_PROVIDER_SERVICE_AUTH"] = "1"
         self.procs, logs = start([f"{VENV}/bin/octavia-driver-agent", f"{VENV}/bin/octavia-api"], conf, env,
                                  self.dir)
         wait_http(f"{self.url}/", self.procs, logs, "Octavia")
@@ -173,6 +243,7 @@ class Octavia:
 
     def stop(self):
         stop(self.procs)
+        drop_databases(self.dbs)
 
 
 class Cinder:
@@ -182,9 +253,9 @@ class Cinder:
         tokens with `keystone_url` as the user `cinder` (`password`), who
         must have the admin role on the project `service`."""
         self.dir = str(d)
+        self.dbs = [db_name]
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v3"
-        fresh_database(db_name)
         for sub in ("log", "state", "lock"):
             os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
         conf = os.path.join(self.dir, "cinder.conf")
@@ -198,13 +269,10 @@ class Cinder:
                     f"[fake]\nvolume_driver = cinder.tests.fake_driver.FakeLoggingVolumeDriver\n"
                     f"volume_backend_name = fake\n"
                     f"[database]\nconnection = mysql+pymysql://root@127.0.0.1:3306/{db_name}\n"
-                    f"[keystone_authtoken]\nwww_authenticate_uri = {keystone_url}\nauth_url = {keystone_url}\n"
-                    f"auth_type = password\nusername = cinder\npassword = {password}\nuser_domain_id = default\n"
-                    f"project_name = service\nproject_domain_id = default\n"
-                    f"[oslo_concurrency]\nlock_path = {self.dir}/lock\n")
-        out = subprocess.run([f"{CINDER_VENV}/bin/cinder-manage", "--config-file", conf, "db", "sync"],
-                             capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stderr[-2000:]
+                    f"[oslo_concurrency]\nlock_path = {self.dir}/lock\n"
+                    + keystone_authtoken(keystone_url, "cinder", password))
+        database(db_name, CINDER_VENV, "cinder",
+                 lambda: manage(f"{CINDER_VENV}/bin/cinder-manage", "--config-file", conf, "db", "sync"))
         env = dict(os.environ, PYTHONWARNINGS="ignore")
         self.procs, logs = start([f"{CINDER_VENV}/bin/{b}" for b in ("cinder-volume", "cinder-scheduler", "cinder-api")],
                                  conf, env, self.dir)
@@ -212,3 +280,92 @@ class Cinder:
 
     def stop(self):
         stop(self.procs)
+        drop_databases(self.dbs)
+
+
+class Glance:
+    def __init__(self, d, db_name, keystone_url, password):
+        """Glance's API (glance==33.0.0, `glance.wsgi.api` under gunicorn)
+        with the file store in `d`, a fresh database `db_name`, tokens
+        validated by `keystone_url` as the user `glance` (`password`, admin
+        on the project `service`): `image`."""
+        self.dir = str(d)
+        self.dbs = [db_name]
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        conf_dir = os.path.join(self.dir, "etc")
+        os.makedirs(os.path.join(self.dir, "images"), exist_ok=True)
+        os.makedirs(conf_dir, exist_ok=True)
+        with open(f"{IMAGE_VENV}/etc/glance/glance-api-paste.ini") as src, \
+                open(os.path.join(conf_dir, "glance-api-paste.ini"), "w") as dst:
+            dst.write(src.read())
+        conf = os.path.join(conf_dir, "glance-api.conf")
+        with open(conf, "w") as f:
+            f.write(f"[DEFAULT]\nlog_file = {self.dir}/glance-api.log\nenabled_backends = file:file\n"
+                    f"worker_self_reference_url = {self.url}\n"
+                    f"[database]\nconnection = mysql+pymysql://root@127.0.0.1:3306/{db_name}\n"
+                    f"[glance_store]\ndefault_backend = file\n"
+                    f"[file]\nfilesystem_store_datadir = {self.dir}/images\n"
+                    f"[os_glance_tasks_store]\nfilesystem_store_datadir = {self.dir}/tasks\n"
+                    f"[os_glance_staging_store]\nfilesystem_store_datadir = {self.dir}/staging\n"
+                    f"[paste_deploy]\nflavor = keystone\n"
+                    f"[oslo_concurrency]\nlock_path = {self.dir}\n"
+                    + keystone_authtoken(keystone_url, "glance", password))
+        database(db_name, IMAGE_VENV, "glance",
+                 lambda: manage(f"{IMAGE_VENV}/bin/glance-manage", "--config-file", conf, "db_sync"))
+        env = dict(os.environ, OS_GLANCE_CONFIG_DIR=conf_dir, PYTHONWARNINGS="ignore")
+        self.proc = gunicorn(IMAGE_VENV, "glance.wsgi.api:application", self.dir, self.port, env, f"{self.url}/",
+                             "Glance")
+
+    def stop(self):
+        stop([self.proc])
+        drop_databases(self.dbs)
+
+
+NOVA_APP = ("import sys\nsys.argv = ['nova-api']\n"
+            "from nova.wsgi.osapi_compute import application  # noqa: E402,F401\n")
+
+
+class Nova:
+    def __init__(self, d, db_prefix, vhost, keystone_url, password):
+        """Nova's compute API (nova==34.0.0, `nova.wsgi.osapi_compute` under
+        gunicorn), no scheduler, conductor or compute: its API database
+        (flavors, keypairs) and cell0 made by `nova-manage`, tokens
+        validated by `keystone_url` as the user `nova` (`password`, admin on
+        the project `service`): `compute`."""
+        self.dir = str(d)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v2.1"
+        api_db, cell0 = f"{db_prefix}_api", f"{db_prefix}_cell0"
+        self.dbs = [api_db, cell0]
+        conf = os.path.join(self.dir, "nova.conf")
+        cell0_url = f"mysql+pymysql://root@127.0.0.1:3306/{cell0}"
+        with open(conf, "w") as f:
+            f.write(f"[DEFAULT]\nhost = nova-test-host\nlog_file = {self.dir}/nova-api.log\n"
+                    f"state_path = {self.dir}\ntransport_url = rabbit://guest:guest@127.0.0.1:5672/{vhost}\n"
+                    f"[api]\nauth_strategy = keystone\n"
+                    f"[api_database]\nconnection = mysql+pymysql://root@127.0.0.1:3306/{api_db}\n"
+                    f"[database]\nconnection = {cell0_url}\n"
+                    f"[oslo_concurrency]\nlock_path = {self.dir}\n"
+                    + keystone_authtoken(keystone_url, "nova", password))
+        nova_manage = [f"{IMAGE_VENV}/bin/nova-manage", "--config-file", conf]
+        # The API database (its dump taken before cell0 is mapped: the
+        # mapping names this run's cell0), cell0's mapping, cell0.
+        database(api_db, IMAGE_VENV, "nova-api", lambda: manage(*nova_manage, "api_db", "sync"))
+        manage(*nova_manage, "cell_v2", "map_cell0", "--database_connection", cell0_url)
+        database(cell0, IMAGE_VENV, "nova-cell0", lambda: manage(*nova_manage, "db", "sync"))
+        with open(os.path.join(self.dir, "nova_app.py"), "w") as f:
+            f.write(NOVA_APP)
+        # Nova's WSGI application takes its paste pipeline from the first
+        # file of OS_NOVA_CONFIG_FILES (nova/api/openstack/wsgi_app.py).
+        with open(f"{IMAGE_VENV}/etc/nova/api-paste.ini") as src, \
+                open(os.path.join(self.dir, "api-paste.ini"), "w") as dst:
+            dst.write(src.read())
+        env = dict(os.environ, OS_NOVA_CONFIG_DIR=self.dir, OS_NOVA_CONFIG_FILES="api-paste.ini;nova.conf",
+                   PYTHONWARNINGS="ignore")
+        self.proc = gunicorn(IMAGE_VENV, "nova_app:application", self.dir, self.port, env,
+                             f"http://127.0.0.1:{self.port}/", "Nova")
+
+    def stop(self):
+        stop([self.proc])
+        drop_databases(self.dbs)

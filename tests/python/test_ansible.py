@@ -228,3 +228,76 @@ def test_coexistence_runs_the_python_conductor_on_the_legacy_topic_until_retired
     assert "managed by magnum_conductor_rs" in (units / "magnum-conductor.service").read_text()
     assert (units / "magnum-conductor.service.python").read_text() == upgraded
     assert (units / f"{legacy}.service").read_text() == upgraded
+
+
+def test_the_proxy_role_installs_a_healthy_proxy_with_only_cap_sys_admin(env, tmp_path):
+    """deploy/ansible/magnum-capi-proxy.yml: the binary, the management
+    cluster's kubeconfig and the unit, which runs as its own user with
+    CAP_SYS_ADMIN alone (setns into the network namespaces); started as its
+    ExecStart says it is healthy against the management cluster; a second
+    run changes nothing; without a kubeconfig the role stops and says so."""
+    proxy_bin = os.path.join(os.path.dirname(CONDUCTOR_BIN), "magnum-capi-proxy")
+    root = tmp_path / "root"
+    port = free_port()
+    extra = {
+        "magnum_capi_proxy_hosts": "magnum_all",
+        "magnum_capi_proxy_root": str(root),
+        "magnum_capi_proxy_binary_src": proxy_bin,
+        "magnum_capi_proxy_kubeconfig_src": env.sim.cp.kubeconfig,
+        "magnum_capi_proxy_manage_service": False,
+        "magnum_capi_proxy_create_user": False,
+        "magnum_capi_proxy_owner_group": "root",
+        "magnum_capi_proxy_listen": f"127.0.0.1:{free_port()}",
+        "magnum_capi_proxy_advertise_address": "198.18.9.1:6443",
+        "magnum_capi_proxy_metrics_listen": f"127.0.0.1:{port}",
+        "magnum_capi_proxy_host_name": "network-1",
+    }
+    # The conductors make their Lease namespace; here they may not have run.
+    if env.sim.get("/api/v1/namespaces/magnum-system") is None:
+        env.sim.create_namespace("magnum-system", {})
+    changed, out = playbook(root, "magnum-capi-proxy.yml", extra)
+    assert changed >= 4, out
+    unit = (root / "etc/systemd/system/magnum-capi-proxy.service").read_text()
+    assert "User=magnum-capi-proxy" in unit
+    caps = re.findall(r"^(AmbientCapabilities|CapabilityBoundingSet)=(.*)$", unit, re.M)
+    assert caps == [("AmbientCapabilities", "CAP_SYS_ADMIN"), ("CapabilityBoundingSet", "CAP_SYS_ADMIN")], caps
+    assert "NoNewPrivileges=true" in unit and "RestrictNamespaces=net" in unit
+    kubeconfig = root / "etc/magnum-capi-proxy/kubeconfig"
+    assert oct(kubeconfig.stat().st_mode & 0o777) == "0o640"
+
+    # The unit's ExecStart, under the test root: healthy (watches synced, passes run).
+    argv = shlex.split(re.search(r"^ExecStart=(.*)$", unit, re.M).group(1))
+    argv = [str(root) + a if a.startswith("/etc") or a.startswith("/usr") else a for a in argv]
+    log = open(tmp_path / "proxy.log", "w")
+    p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 60
+        while True:
+            assert p.poll() is None, (tmp_path / "proxy.log").read_text()[-2000:]
+            try:
+                import urllib.request
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except Exception:
+                pass
+            assert time.time() < deadline, (tmp_path / "proxy.log").read_text()[-2000:]
+            time.sleep(0.2)
+        # Its Lease in the conductors' namespace names this host.
+        lease = env.sim.get("/apis/coordination.k8s.io/v1/namespaces/magnum-system/leases/"
+                            "magnum-capi-proxy-network-1")
+        assert lease["spec"]["holderIdentity"] == "network-1", lease
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(10)
+        log.close()
+
+    changed, out = playbook(root, "magnum-capi-proxy.yml", extra)
+    assert changed == 0, out
+
+    inv = root.parent / "inventory.ini"
+    bad = dict(extra, magnum_capi_proxy_kubeconfig_src="")
+    r = subprocess.run([f"{ANSIBLE}/bin/ansible-playbook", "-i", str(inv), os.path.join(DEPLOY, "magnum-capi-proxy.yml"),
+                        "-e", json.dumps(bad)], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_ROLES_PATH=os.path.join(DEPLOY, "roles")))
+    assert r.returncode != 0 and "magnum_capi_proxy_kubeconfig_src" in r.stdout, r.stdout[-2000:]

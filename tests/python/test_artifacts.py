@@ -1,71 +1,58 @@
-"""scripts/fetch-artifacts.sh (issue 30, first part): what the project needs
-from upstream (the Kubernetes control plane, the CAPI lines' CRDs) it gets
-itself when ../shared is not there, verified. No machine here reaches
+"""scripts/fetch-artifacts.sh and scripts/k8s-up.sh (issue 30): what the
+project needs from upstream (the Kubernetes control plane, the CAPI lines'
+CRDs) it gets itself when ../shared is not there, verified, and runs. No machine here reaches
 dl.k8s.io or GitHub, so the fetch runs against a local HTTP server serving
 copies of ../shared's files in the upstream layout (the kube binaries with
 the `.sha256` files a Kubernetes release publishes beside them; each CRD at
-`github/<repository>/<tag>/<path>`), through MAGNUM_RS_ARTIFACTS_MIRROR:
-a good mirror, a corrupt file and a missing one. The CRD checksums in
+`github/<repository>/<tag>/<path>`; tests/artifacts_mirror.py), through
+MAGNUM_RS_ARTIFACTS_MIRROR: a good mirror, a corrupt file and a missing one,
+a control plane started from what was fetched, and the demo stopping on a
+corrupt artifact before it starts anything. .ci/run runs the whole suite
+and the demo through such a mirror. The CRD checksums in
 scripts/artifacts.lock are those of the files at the upstream tags (checked
 against the projects' own repositories when the lock was written)."""
 import hashlib
-import http.server
-import lzma
 import os
-import shutil
 import subprocess
-import threading
+import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, rabbitmqctl
+
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import artifacts_mirror  # noqa: E402
+from artifacts_mirror import K8S, lock  # noqa: E402
 
 SHARED = os.path.join(ROOT, "..", "shared")
 SCRIPT = os.path.join(ROOT, "scripts", "fetch-artifacts.sh")
-K8S = "kubernetes/release/v1.28.7/bin/linux/amd64"
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(os.path.join(SHARED, "k8s")),
                                 reason="the mirror is built from ../shared")
-
-
-def lock():
-    with open(os.path.join(ROOT, "scripts", "artifacts.lock")) as f:
-        return [ln.split() for ln in f if ln.startswith("crd ")]
 
 
 @pytest.fixture(scope="module")
 def mirror(tmp_path_factory):
     """(folder, URL) of a mirror in the upstream layout, served over HTTP."""
     root = tmp_path_factory.mktemp("mirror")
-    os.makedirs(root / K8S)
-    sums = dict(reversed(ln.split()) for ln in open(os.path.join(SHARED, "k8s", "SHA256SUMS")))
-    for b in ("kube-apiserver", "kube-controller-manager"):
-        with lzma.open(os.path.join(SHARED, "k8s", f"{b}-v1.28.7-linux-amd64.xz")) as src, \
-                open(root / K8S / b, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-        (root / K8S / f"{b}.sha256").write_text(sums[b] + "\n")
-    for _, folder, repo, tag, path, _ in lock():
-        out = root / "github" / repo / tag / path
-        os.makedirs(out.parent, exist_ok=True)
-        shutil.copy(os.path.join(SHARED, "crds", folder, os.path.basename(path)), out)
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *a, **k):
-            super().__init__(*a, directory=str(root), **k)
-
-        def log_message(self, *a):
-            pass
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    artifacts_mirror.build(SHARED, str(root))
+    server, url = artifacts_mirror.serve(root)
+    yield root, url
     server.shutdown()
 
 
-def fetch(tmp_path, url):
-    env = dict(os.environ, MAGNUM_RS_ARTIFACTS_MIRROR=url, MAGNUM_RS_CACHE=str(tmp_path / "cache"))
+def clean_env(tmp_path, url):
+    """The environment of a user without ../shared: artifacts only from the
+    mirror, into a cache of their own."""
+    env = dict(os.environ, MAGNUM_RS_ARTIFACTS_MIRROR=url, MAGNUM_RS_ARTIFACTS_CACHE=str(tmp_path / "cache"))
     for k in ("K8S_BIN_DIR", "CAPI_CRDS_DIR"):
         env.pop(k, None)
-    return subprocess.run(["bash", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    return env
+
+
+def fetch(tmp_path, url):
+    return subprocess.run(["bash", SCRIPT], env=clean_env(tmp_path, url), capture_output=True, text=True,
+                          timeout=600)
 
 
 def sha256(path):
@@ -111,7 +98,7 @@ def test_a_corrupt_crd_stops_naming_it_and_both_checksums(mirror, tmp_path):
     assert (f"{folder}/{os.path.basename(path)} from {url}/github/{repo}/{tag}/{path}: checksum mismatch: "
             f"expected {want}, got {got}") in out.stderr, out.stderr
     assert "MAGNUM_RS_ARTIFACTS_MIRROR" in out.stderr
-    assert not os.path.exists(tmp_path / "cache" / "artifacts" / "crds" / folder / os.path.basename(path))
+    assert not os.path.exists(tmp_path / "cache" / "crds" / folder / os.path.basename(path))
 
 
 def test_a_corrupt_binary_or_a_missing_file_stops_naming_it(mirror, tmp_path):
@@ -138,3 +125,77 @@ def test_a_corrupt_binary_or_a_missing_file_stops_naming_it(mirror, tmp_path):
     assert out.returncode != 0
     assert f"{folder}/{os.path.basename(path)}: could not fetch {url}/github/{repo}/{tag}/{path}" in out.stderr, \
         out.stderr
+
+
+def test_a_control_plane_runs_from_what_was_fetched(mirror, tmp_path):
+    _, url = mirror
+    env = clean_env(tmp_path, url)
+    d = tmp_path / "k8s"
+    up = subprocess.run([os.path.join(ROOT, "scripts", "k8s-up.sh"), str(d), "--crds", "v1beta1"], env=env,
+                        capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    try:
+        assert up.returncode == 0, up.stderr
+        written = dict(ln.split("=", 1) for ln in up.stdout.split())
+        assert written["K8S_BIN_DIR"] == str(tmp_path / "cache" / "kubernetes-v1.28.7")
+        assert written["CRDS"] == "v1beta1"
+
+        def kubectl(*args):
+            p = subprocess.run(["kubectl", "--kubeconfig", str(d / "kubeconfig"), *args], capture_output=True,
+                               text=True, timeout=60)
+            assert p.returncode == 0, p.stderr
+            return p.stdout
+        assert kubectl("version", "-o", "json").count('"gitVersion": "v1.28.7"') == 1
+        labels = {c.split()[0]: c.split()[1] if len(c.split()) > 1 else "" for c in kubectl(
+            "get", "crd", "-o", "custom-columns=N:.metadata.name,L:.metadata.labels.cluster\\.x-k8s\\.io/v1beta1",
+            "--no-headers").splitlines()}
+        # Every CRD of the line's three releases, one per lock row.
+        assert len(labels) == sum(1 for row in lock() if row[1] in (
+            "cluster-api-v1.10.10", "cluster-api-provider-openstack-v0.12.7", "cluster-api-addon-provider-helm-v0.4.2"))
+        # The contract labels clusterctl sets: CAPI looks providers' versions up by them.
+        assert labels["openstackclusters.infrastructure.cluster.x-k8s.io"] == "v1alpha7_v1beta1"
+        assert labels["kubeadmcontrolplanes.controlplane.cluster.x-k8s.io"] == "v1beta1"
+        assert labels["kubeadmconfigs.bootstrap.cluster.x-k8s.io"] == "v1beta1"
+        assert labels["clusters.cluster.x-k8s.io"] == "<none>"
+    finally:
+        subprocess.run([os.path.join(ROOT, "scripts", "k8s-down.sh"), str(d)], timeout=60)
+    assert not (d / "env").exists()
+
+
+def test_the_demo_stops_on_a_corrupt_artifact_before_starting_anything(mirror, tmp_path):
+    root, url = mirror
+    f = root / K8S / "kube-apiserver.sha256"
+    good = f.read_text()
+    def demo_vhosts():  # the demo's are `demo-<pid>`; other tests' run beside this one
+        return {v for v in rabbitmqctl("list_vhosts").split() if v.startswith("demo-")}
+    vhosts = demo_vhosts()
+    try:
+        f.write_text("f" * 64 + "\n")
+        demo = subprocess.run([os.path.join(ROOT, "scripts", "demo.sh")], env=clean_env(tmp_path, url),
+                              capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    finally:
+        f.write_text(good)
+    assert demo.returncode != 0
+    assert (f"kube-apiserver v1.28.7 from {url}/{K8S}/kube-apiserver: checksum mismatch: "
+            f"expected {'f' * 64}, got {good.strip()}") in demo.stderr, demo.stderr
+    # Set-up stopped at its first step: nothing built, started or created.
+    assert "cargo build" not in demo.stdout and "management cluster" not in demo.stdout, demo.stdout
+    assert demo_vhosts() == vhosts
+    assert not os.path.exists(tmp_path / "cache" / "kubernetes-v1.28.7" / "kube-apiserver")
+
+
+def test_nothing_but_the_fetch_reads_the_teams_copy():
+    """The project stands alone: only scripts/fetch-artifacts.sh (no mirror
+    named: it takes ../shared's copy, offline) and the mirror of these tests
+    know about ../shared."""
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    allowed = {"scripts/fetch-artifacts.sh", "tests/artifacts_mirror.py", "tests/python/test_artifacts.py",
+               ".ci/run", "docs/testing.md", "README.md"}
+    readers = []
+    for path in files:
+        if path in allowed or not os.path.isfile(os.path.join(ROOT, path)):
+            continue
+        with open(os.path.join(ROOT, path), "rb") as fh:
+            data = fh.read()
+        if b"../shared" in data or b"shared-k8s" in data:
+            readers.append(path)
+    assert readers == []

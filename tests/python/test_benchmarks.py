@@ -4,7 +4,7 @@ rotting between measurements).
 
 Debug builds, as the rest of the suite: the scripts in scripts/ run the
 same Python drivers on release builds. The management cluster is a real
-kube-apiserver (../shared/k8s) in both.
+kube-apiserver (scripts/k8s-up.sh) in both.
 """
 import json
 import os

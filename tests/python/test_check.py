@@ -11,10 +11,8 @@ import pymysql
 import pytest
 
 from conftest import CONDUCTOR_BIN
-from k8s import SHARED_K8S
+from k8s import artifacts
 from test_lifecycle import TEMPLATE, Env
-
-SHARED = os.path.dirname(SHARED_K8S)
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +27,7 @@ def env(tmp_path_factory):
 def check(conf):
     p = subprocess.run([CONDUCTOR_BIN, "--config-file", conf, "check"], capture_output=True, text=True, timeout=120)
     lines = {m.group(2): (m.group(1), m.group(3))
-             for m in re.finditer(r"^(OK|FAIL|SKIP)\s+(\S+)\s+(.*)$", p.stdout, re.M)}
+             for m in re.finditer(r"^(OK|FAIL|SKIP|WARN)\s+(\S+)\s+(.*)$", p.stdout, re.M)}
     return p.returncode, lines, p.stdout + p.stderr
 
 
@@ -46,9 +44,32 @@ def test_a_good_setup_passes(env):
     assert rc == 0, out
     assert {k: v[0] for k, v in lines.items()} == {
         "config": "OK", "startup": "OK", "database": "OK", "clusters": "OK", "broker": "OK", "management": "OK",
-        "leases": "OK", "keystone": "SKIP", "charts": "OK"}, out
+        "api-proxy": "OK", "leases": "OK", "keystone": "SKIP", "charts": "OK"}, out
     assert "schema revision b3e1cf4a2d5e accepted" in lines["database"][1]
     assert "v1beta1 line: all 10 resources served" in lines["management"][1]
+
+
+def test_clusters_no_proxy_host_reaches_are_named(env):
+    """A cluster without an API floating IP (the conductor's proxy Service)
+    that no live magnum-capi-proxy host reaches: a WARN naming it, exit 0
+    (not a reason to stop a deploy)."""
+    ns = "magnum-check-proxy"
+    kube = env.sim.kube
+    kube.create_namespace(ns, {})
+    try:
+        kube.request("POST", f"/api/v1/namespaces/{ns}/services", {
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "k1-abc-apiserver", "labels": {"magnum.openstack.org/api-proxy": "k1-abc"}},
+            "spec": {"ports": [{"name": "https", "port": 6443}]}})
+        rc, lines, out = check(env.conf)
+        assert rc == 0, out
+        status, detail = lines["api-proxy"]
+        assert status == "WARN", out
+        assert f"no proxy path to 1 of 1 cluster(s) without an API floating IP: {ns}/k1-abc" in detail, out
+        assert "no proxy host alive" in detail, out
+        assert "fix: run magnum-capi-proxy" in out, out
+    finally:
+        kube.request("DELETE", f"/api/v1/namespaces/{ns}")
 
 
 def test_database_at_an_unknown_revision(env):
@@ -92,7 +113,7 @@ def test_missing_crds(env):
         assert "install or upgrade the Cluster API Helm addon provider" in out
     finally:
         env.sim.cp.kubectl("apply", "--server-side", "-f",
-                           os.path.join(SHARED, "crds", "cluster-api-addon-provider-helm-v0.4.2"))
+                           os.path.join(artifacts()[1], "cluster-api-addon-provider-helm-v0.4.2"))
         env.sim.cp.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", *crds)
 
 

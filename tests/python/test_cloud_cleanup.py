@@ -50,10 +50,19 @@ FINALIZER = "magnum.openstack.org/cloud-cleanup"
 def cloud(tmp_path_factory):
     d = tmp_path_factory.mktemp("keystone")
     url, admin_pw, admin = start_keystone(d)
-    # Cinder's service user, as a deployment makes it.
-    user_with_role(url, admin, "service", "cinder", "cinder-pw", "admin")
-    neutron = Neutron(tmp_path_factory.mktemp("neutron"), f"neutron_cleanup_{os.getpid()}")
-    octavia = Octavia(tmp_path_factory.mktemp("octavia"), f"octavia_cleanup_{os.getpid()}", neutron=neutron.url)
+    # The services' users, as a deployment makes them: admin on `service`.
+    service, _ = user_with_role(url, admin, "service", "cinder", "cinder-pw", "admin")
+    _, _, roles = call("GET", f"{url}/roles?name=admin", admin)
+    for name in ("neutron", "octavia"):
+        status, _, u = call("POST", f"{url}/users", admin, {"user": {"name": name, "domain_id": "default",
+                                                                   "password": f"{name}-pw"}})
+        assert status == 201
+        status, _, _ = call("PUT", f"{url}/projects/{service}/users/{u['user']['id']}/roles/{roles['roles'][0]['id']}",
+                            admin)
+        assert status == 204
+    neutron = Neutron(tmp_path_factory.mktemp("neutron"), f"neutron_cleanup_{os.getpid()}", url, "neutron-pw")
+    octavia = Octavia(tmp_path_factory.mktemp("octavia"), f"octavia_cleanup_{os.getpid()}", neutron=neutron.url,
+                      keystone_url=url, password="octavia-pw")
     cinder = Cinder(tmp_path_factory.mktemp("cinder"), f"cinder_cleanup_{os.getpid()}", new_vhost("cinder"),
                     url, "cinder-pw")
     for kind, name, where in (("network", "neutron", neutron.url), ("load-balancer", "octavia", octavia.url),
@@ -68,13 +77,15 @@ def cloud(tmp_path_factory):
     c = dict(url=url, admin_pw=admin_pw, project=project, user=user,
              neutron=neutron.url, octavia=octavia.url, lbaas=octavia, cinder=f"{cinder.url}/{project}")
     c["token"], _ = password_token(url, "alice", "alice-pw", project_id=c["project"])
-    # The cloud's external network, as an operator makes it; a tenant
-    # network for load balancer VIPs.
+    c["admin"] = admin
+    # The cloud's external network, as an operator makes it (the cloud
+    # admin's token); a tenant network for load balancer VIPs (alice's).
     c["public"] = api(c, "neutron", "POST", "/v2.0/networks", {"network": {
         "name": "public", "router:external": True, "provider:network_type": "flat",
-        "provider:physical_network": "public", "project_id": ADMIN_PROJECT}})["network"]["id"]
+        "provider:physical_network": "public", "project_id": ADMIN_PROJECT}}, admin=True)["network"]["id"]
     api(c, "neutron", "POST", "/v2.0/subnets", {"subnet": {"network_id": c["public"], "cidr": "172.24.4.0/24",
-                                                           "ip_version": 4, "project_id": ADMIN_PROJECT}})
+                                                           "ip_version": 4, "project_id": ADMIN_PROJECT}},
+        admin=True)
     c["tenant"] = api(c, "neutron", "POST", "/v2.0/networks", {"network": {
         "name": "tenant", "project_id": c["project"]}})["network"]["id"]
     api(c, "neutron", "POST", "/v2.0/subnets", {"subnet": {"network_id": c["tenant"], "cidr": "10.9.0.0/24",
@@ -86,10 +97,11 @@ def cloud(tmp_path_factory):
     subprocess.run([KEYSTONE, "stop", str(d)], timeout=30)
 
 
-def api(c, service, method, path, body=None, ok=(200, 201, 202, 204)):
-    """A Neutron or Octavia request (noauth: scoped by the project_id it
-    names), or a Cinder one with alice's token."""
-    status, _, b = call(method, c[service] + path, c["token"] if service == "cinder" else None, body)
+def api(c, service, method, path, body=None, ok=(200, 201, 202, 204), admin=False):
+    """A Neutron, Octavia or Cinder request with alice's token (a member of
+    the tenant project, as OCCM and CSI act with the cluster's credential),
+    or the cloud admin's."""
+    status, _, b = call(method, c[service] + path, c["admin"] if admin else c["token"], body)
     assert status in ok, (service, method, path, status, b)
     return b
 

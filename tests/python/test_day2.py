@@ -11,7 +11,8 @@ does nothing, or raises):
 - `cluster_update` of node_count and health only; a resize out of
   UPDATE_FAILED; control-plane resizes (odd counts only);
 - upgrade v1.30 -> v1.31: control plane first, then workers in batches of
-  `max_batch_size`; `cluster_template_id`, `kube_tag`, `coe_version`;
+  `max_batch_size`; `cluster_template_id`, `kube_tag`, `coe_version`; the
+  new template's flavors roll every machine onto them (vertical resize);
   downgrade, minor skip, unrollable change and a concurrent upgrade
   refused with nothing changed in the DB or the simulator;
 - node groups: create (own flavor, labels, taints, bounds), resize, update,
@@ -307,7 +308,8 @@ def test_resize_and_update(env):
 def test_upgrade(env):
     uuid, got = complete_cluster(env, master=1, workers=3)
     stack = got["cluster"]["stack_id"]
-    t131 = env.client("template", json.dumps(T131))["uuid"]
+    # Vertical resize rides the upgrade: the new template's flavors.
+    t131 = env.client("template", json.dumps(dict(T131, flavor_id="m1.large", master_flavor_id="m1.xlarge")))["uuid"]
     t133 = env.client("template", json.dumps(dict(T131, name="k8s-v1.33", labels={"kube_tag": "v1.33.0"})))["uuid"]
     t130b = env.client("template", json.dumps(dict(TEMPLATE, name="k8s-v1.30.2", labels={"kube_tag": "v1.30.2"})))["uuid"]
     cilium = env.client("template", json.dumps(dict(T131, name="k8s-cilium", network_driver="cilium")))["uuid"]
@@ -340,9 +342,11 @@ def test_upgrade(env):
         c = got["cluster"]
         assert (c["cluster_template_id"], c["labels"]["kube_tag"], c["status"]) == \
             (t131, "v1.31.2", "UPDATE_IN_PROGRESS")
+        assert (c["flavor_id"], c["master_flavor_id"]) == ("m1.large", "m1.xlarge")
         for n in got["nodegroups"]:
-            assert (n["status"], n["version"], n["image_id"]) == \
-                ("UPDATE_IN_PROGRESS", "v1.31.2", "ubuntu-2204-kube-v1.31.2")
+            assert (n["status"], n["version"], n["image_id"], n["flavor_id"]) == \
+                ("UPDATE_IN_PROGRESS", "v1.31.2", "ubuntu-2204-kube-v1.31.2",
+                 "m1.xlarge" if n["role"] == "master" else "m1.large")
         # A second upgrade while this one runs: Magnum's refusal, nothing changed.
         r = env.client("upgrade", uuid, t131, "1")
         assert r.get("error") == "NotSupported" and r["code"] == 400, r
@@ -376,6 +380,14 @@ def test_upgrade(env):
     assert most <= 5
     vers = {m["spec"]["version"] for m in machines(env, "default-worker", uuid) + cp_machines(env, stack)}
     assert vers == {"v1.31.2"}
+    # Every machine now runs on a machine template of the new flavor.
+    def flavor(m):
+        ref = m["spec"]["infrastructureRef"]
+        api = ref.get("apiVersion") or INFRA
+        osm = env.sim.get(f"/apis/{api}/namespaces/{NAMESPACE}/openstackmachines/{ref['name']}")
+        return osm["spec"]["flavor"]
+    assert {flavor(m) for m in machines(env, "default-worker", uuid)} == {"m1.large"}
+    assert {flavor(m) for m in cp_machines(env, stack)} == {"m1.xlarge"}
     assert len(ng(g, "default-worker")["node_addresses"]) == 3
     delete(env, uuid)
 

@@ -1,7 +1,7 @@
 """Cluster create and delete on Cluster API, driven by Magnum 23.0.0's code.
 
 For each CAPI line (1.10 = v1beta1, 1.14 = v1beta2) the management cluster is
-a real kube-apiserver with the line's CRDs (../shared/k8s, one per test
+a real kube-apiserver with the line's CRDs (scripts/k8s-up.sh, one per test
 module), its CAPI/CAPO/CAAPH controllers simulated by tests/capi-sim, the
 conductor talking to it through capi-sim's fault-injecting proxy:
 
@@ -34,7 +34,6 @@ from conftest import (CONDUCTOR_BIN, ROOT, Conductor, free_port, log_tail, new_d
 from k8s import SIM_BIN, Sim  # noqa: F401 (SIM_BIN: re-exported for other modules)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CRDS = os.environ.get("CAPI_CRDS", os.path.join(ROOT, "..", "shared", "crds"))
 PROJECT = "9d3c1b2a4e5f46a7b8c9d0e1f2a3b4c5"
 NAMESPACE = "magnum-" + PROJECT
 TEMPLATE = dict(name="k8s-template", coe="kubernetes", server_type="vm", cluster_distro="ubuntu",
@@ -188,7 +187,8 @@ def test_create_and_delete(env):
     assert cl["metadata"]["labels"]["magnum.openstack.org/cluster-uuid"] == uuid
     kinds = [o["kind"] for o in env.sim.items(env.sim.capi, "machinedeployments")]
     assert kinds == ["MachineDeployment"]
-    assert len(env.sim.items("addons.cluster.x-k8s.io/v1alpha1", "helmchartproxies")) == 3
+    # CNI, OCCM, Cinder CSI and metrics-server (metrics_server_enabled's default).
+    assert len(env.sim.items("addons.cluster.x-k8s.io/v1alpha1", "helmchartproxies")) == 4
     secrets = {s["metadata"]["name"]: s for s in env.sim.items("v1", "secrets",
                                                                 f"magnum.openstack.org/cluster-uuid={uuid}")}
     assert {f"{stack_id}-{s}" for s in ("ca", "etcd", "proxy", "sa", "cloud-credentials")} <= set(secrets)
@@ -214,6 +214,32 @@ def test_create_and_delete(env):
     # published, no notification queue declared (test_notifications has the rest).
     queues = rabbitmqctl("list_queues", "-p", env.vhost, "name").split()
     assert not [q for q in queues if q.startswith("notifications")], queues
+
+
+def test_labels_ignored_are_named_and_unprovided_ones_refused(env):
+    """docs/labels.md's promise: a label this conductor ignores is named in
+    the complete cluster's status_reason (not only in a log); one an anchor
+    implements and this conductor does not fails the create naming it."""
+    req = json.dumps({"master_count": 1, "node_count": 1, "cluster": {"labels": {
+        "kube_tag": "v1.30.4", "npd_enabled": "true", "frobnicate": "1", "audit_log_max_age": "7"}}})
+    uuid = env.client("create", env.template, req)["uuid"]
+    got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] != "CREATE_IN_PROGRESS")
+    c = got["cluster"]
+    assert c["status"] == "CREATE_COMPLETE", seen
+    assert c["status_reason"] == ("complete; label frobnicate is not known to this conductor; ignored; "
+                                  "label npd_enabled has no effect on Cluster API clusters; ignored; "
+                                  "label audit_log_max_age has no effect without audit_log_enabled=true; "
+                                  "ignored"), c
+    req = json.dumps({"master_count": 1, "node_count": 1, "cluster": {"labels": {
+        "kube_tag": "v1.30.4", "kube_dashboard_enabled": "true"}}})
+    refused = env.client("create", env.template, req)["uuid"]
+    got, seen = env.wait(refused, lambda g: g["cluster"]["status"] != "CREATE_IN_PROGRESS")
+    assert got["cluster"]["status"] == "CREATE_FAILED", seen
+    assert got["cluster"]["status_reason"] == ('label kube_dashboard_enabled="true" asks for the Kubernetes '
+                                               'dashboard, which this conductor does not provide'), got["cluster"]
+    for u in (uuid, refused):
+        env.client("delete", u)
+        env.wait(u, lambda g: g["cluster"] is None)
 
 
 def test_rows_match_magnums_conductor(env):

@@ -67,7 +67,7 @@ def objects_of(env, uuid):
 
 
 ONE_CLUSTER = {"Cluster": 1, "MachineDeployment": 1, "KubeadmControlPlane": 1, "OpenStackCluster": 1,
-               "HelmChartProxy": 3, "Secret": 5}
+               "HelmChartProxy": 4, "Secret": 5}
 NOTHING = {k: 0 for k in ONE_CLUSTER}
 
 

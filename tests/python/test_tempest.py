@@ -8,10 +8,11 @@ identity:
   installed as an operator installs it, behind keystonemiddleware;
 - a real Keystone (scripts/keystone.sh); tempest makes its users and
   projects there itself (dynamic credentials, as in the gate);
-- the Glance/Nova/Neutron stand-in of openstack_standin.py (images, flavors,
-  the external network, and Nova's keypair create/delete that tempest calls);
+- the real Glance 33 and Nova 34 APIs and Neutron 29 (api_env.start_cloud:
+  the images, flavors and external network the plugin's templates name;
+  tempest's users make and delete their keypairs in that Nova themselves);
 - this conductor, on a real kube-apiserver with the v1beta2 line's CRDs
-  (../shared/k8s), CAPI's controllers simulated by capi-sim, which with
+  (scripts/k8s-up.sh), CAPI's controllers simulated by capi-sim, which with
   `--workload-apiservers` starts a **real kube-apiserver for each workload
   cluster** from its `<name>-ca` Secret (tests/capi-sim/src/workload.rs). So
   `test_create_list_sign_delete_clusters` checks end to end that the CA

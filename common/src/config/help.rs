@@ -428,6 +428,36 @@ pub const HELP: &[(&str, &str, &str)] = &[
     ),
     (
         "capi",
+        "metrics_server_chart_repo",
+        "metrics-server (label metrics_server_enabled) chart repository.",
+    ),
+    (
+        "capi",
+        "metrics_server_chart_version",
+        "metrics-server (label metrics_server_enabled) chart version.",
+    ),
+    (
+        "capi",
+        "ingress_nginx_chart_repo",
+        "ingress-nginx (label ingress_controller=nginx) chart repository.",
+    ),
+    (
+        "capi",
+        "ingress_nginx_chart_version",
+        "ingress-nginx (label ingress_controller=nginx) chart version.",
+    ),
+    (
+        "capi",
+        "monitoring_chart_repo",
+        "kube-prometheus-stack (label monitoring_enabled) chart repository.",
+    ),
+    (
+        "capi",
+        "monitoring_chart_version",
+        "kube-prometheus-stack (label monitoring_enabled) chart version.",
+    ),
+    (
+        "capi",
         "resync_interval",
         "Seconds between full status passes behind the watches.",
     ),
@@ -512,6 +542,18 @@ pub const HELP: &[(&str, &str, &str)] = &[
         "capi",
         "lease_duration",
         "Seconds a Lease lives without renewal: a dead conductor's work is taken over after this.",
+    ),
+    (
+        "capi",
+        "api_proxy",
+        "Reach clusters without an API floating IP through magnum-capi-proxy on the network hosts \
+         (false: the management cluster routes to tenant networks itself).",
+    ),
+    (
+        "capi",
+        "unknown_labels",
+        "A label this conductor does not know: warn (ignored, named in the cluster's status_reason) \
+         or error (the create fails naming it). docs/labels.md lists every label.",
     ),
 ];
 

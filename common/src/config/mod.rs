@@ -233,6 +233,12 @@ pub struct CapiOpts {
     pub cilium_chart: (String, String, String),
     pub occm_chart: (String, String, String),
     pub cinder_csi_chart: (String, String, String),
+    /// The addons labels ask for (issue 32): metrics-server
+    /// (`metrics_server_enabled`), ingress-nginx (`ingress_controller=nginx`),
+    /// kube-prometheus-stack (`monitoring_enabled`).
+    pub metrics_server_chart: (String, String, String),
+    pub ingress_nginx_chart: (String, String, String),
+    pub monitoring_chart: (String, String, String),
     /// Seconds between full status resyncs (the safety net behind watches).
     pub resync_interval: u64,
     /// clouds.yaml `interface` for clusters' credentials.
@@ -285,6 +291,16 @@ pub struct CapiOpts {
     /// Seconds a Lease lives without renewal (a dead conductor's work is
     /// taken over after this long).
     pub lease_duration: u64,
+    /// Clusters without an API floating IP are reached through
+    /// `magnum-capi-proxy` on the network hosts (a Service, the proxy's
+    /// name in the kubeconfig CAPI reads and in the API certificate).
+    /// False: CAPI dials their private address (the management cluster
+    /// routes to tenant networks).
+    pub api_proxy: bool,
+    /// What a create does with a label no list of the conductor's names:
+    /// `warn` (ignored, named in the cluster's `status_reason`) or `error`
+    /// (the create fails naming it).
+    pub unknown_labels: String,
 }
 
 /// Default of `[capi] os_distros`: images built by image-builder for
@@ -666,6 +682,9 @@ impl Config {
                 "calico" => ("calico_chart_repo", "calico_chart_version"),
                 "cilium" => ("cilium_chart_repo", "cilium_chart_version"),
                 "occm" => ("occm_chart_repo", "occm_chart_version"),
+                "metrics_server" => ("metrics_server_chart_repo", "metrics_server_chart_version"),
+                "ingress_nginx" => ("ingress_nginx_chart_repo", "ingress_nginx_chart_version"),
+                "monitoring" => ("monitoring_chart_repo", "monitoring_chart_version"),
                 _ => ("cinder_csi_chart_repo", "cinder_csi_chart_version"),
             };
             (
@@ -708,6 +727,24 @@ impl Config {
                 "openstack-cinder-csi",
                 "2.31.2",
             ),
+            metrics_server_chart: chart(
+                "metrics_server",
+                "https://kubernetes-sigs.github.io/metrics-server/",
+                "metrics-server",
+                "3.12.2",
+            ),
+            ingress_nginx_chart: chart(
+                "ingress_nginx",
+                "https://kubernetes.github.io/ingress-nginx",
+                "ingress-nginx",
+                "4.11.3",
+            ),
+            monitoring_chart: chart(
+                "monitoring",
+                "https://prometheus-community.github.io/helm-charts",
+                "kube-prometheus-stack",
+                "66.3.1",
+            ),
             resync_interval: cp.int("resync_interval", 600, Some(30), None)? as u64,
             credentials_interface: cp.string("credentials_interface", "public"),
             verify_ca: cp.boolean("verify_ca", true)?,
@@ -731,6 +768,8 @@ impl Config {
             leader_election: cp.choice("leader_election", "amqp", &["amqp", "lease"])?,
             lease_namespace: cp.string("lease_namespace", "magnum-system"),
             lease_duration: cp.int("lease_duration", 15, Some(5), Some(600))? as u64,
+            api_proxy: cp.boolean("api_proxy", true)?,
+            unknown_labels: cp.choice("unknown_labels", "warn", &["warn", "error"])?,
         };
         let ka = Group {
             layered,

@@ -243,6 +243,7 @@ fn observed_after(
             .cloned()
             .collect(),
         helm_releases: Vec::new(),
+        api_slices: Vec::new(),
     }
 }
 

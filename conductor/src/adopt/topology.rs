@@ -318,6 +318,7 @@ mod tests {
             fixed_subnet: None,
             dns_nameservers: vec![],
             master_lb_enabled: true,
+            api_proxy: false,
             workers: vec![WorkerGroup {
                 name: "default-worker".into(),
                 key: "default-worker".into(),

@@ -1,8 +1,11 @@
 //! Addons through the CAPI Helm addon provider (pure): one HelmChartProxy
 //! per addon, selecting the cluster by its Magnum uuid label. CNI (Calico
 //! by default, Cilium when `network_driver=cilium`), the OpenStack
-//! cloud-controller-manager and the Cinder CSI plugin, with chart
-//! repositories and versions configurable (air-gapped mirrors). The
+//! cloud-controller-manager and the Cinder CSI plugin; what labels ask
+//! for (metrics-server by default, ingress-nginx, kube-prometheus-stack,
+//! Cilium's Hubble); chart repositories and versions configurable
+//! (air-gapped mirrors); the k8s-keystone-auth webhook through a
+//! ClusterResourceSet (`super::keystone_auth`: no upstream chart). The
 //! cloud-config the OpenStack charts need reaches the workload cluster
 //! through their values (the charts create the `cloud-config` Secret).
 
@@ -26,6 +29,9 @@ pub struct AddonCharts {
     pub cilium: Chart,
     pub occm: Chart,
     pub cinder_csi: Chart,
+    pub metrics_server: Chart,
+    pub ingress_nginx: Chart,
+    pub monitoring: Chart,
 }
 
 impl Default for AddonCharts {
@@ -52,6 +58,21 @@ impl Default for AddonCharts {
                 "openstack-cinder-csi",
                 "2.31.2",
             ),
+            metrics_server: c(
+                "https://kubernetes-sigs.github.io/metrics-server/",
+                "metrics-server",
+                "3.12.2",
+            ),
+            ingress_nginx: c(
+                "https://kubernetes.github.io/ingress-nginx",
+                "ingress-nginx",
+                "4.11.3",
+            ),
+            monitoring: c(
+                "https://prometheus-community.github.io/helm-charts",
+                "kube-prometheus-stack",
+                "66.3.1",
+            ),
         }
     }
 }
@@ -68,6 +89,9 @@ impl From<&common::config::CapiOpts> for AddonCharts {
             cilium: c(&o.cilium_chart),
             occm: c(&o.occm_chart),
             cinder_csi: c(&o.cinder_csi_chart),
+            metrics_server: c(&o.metrics_server_chart),
+            ingress_nginx: c(&o.ingress_nginx_chart),
+            monitoring: c(&o.monitoring_chart),
         }
     }
 }
@@ -136,12 +160,20 @@ pub fn render(
         .as_deref()
         .map(|p| p.trim_end_matches('/').to_string());
     let registry = |default: &str| prefix.clone().unwrap_or_else(|| default.to_string());
+    let addons = &c.labels.infra.addons;
     let cni = if network_driver == "cilium" {
-        let values = format!(
+        let mut values = format!(
             "ipam:\n  operator:\n    clusterPoolIPv4PodCIDRList: [\"{}\"]\nimage:\n  repository: {}/cilium/cilium\n",
             c.labels.pod_cidr,
             registry("quay.io")
         );
+        // `cilium_hubble_ui_enabled`: the chart's `hubble.relay.enabled`
+        // and `hubble.ui.enabled` (cilium `install/kubernetes/cilium/values.yaml`).
+        if addons.hubble_ui {
+            values.push_str(
+                "hubble:\n  enabled: true\n  relay:\n    enabled: true\n  ui:\n    enabled: true\n",
+            );
+        }
         hcp(c, "cni-cilium", &charts.cilium, "kube-system", values)
     } else {
         let values = format!(
@@ -163,9 +195,13 @@ pub fn render(
     if cloud.ca_file_content.is_some() {
         conf.push_str("ca-file=/etc/config/ca.crt\n");
     }
+    // The load balancers OCCM makes for Services: `octavia_lb_algorithm`
+    // and `octavia_lb_healthcheck` (cloud-provider-openstack
+    // `docs/openstack-cloud-controller-manager/using-openstack-cloud-controller-manager.md`,
+    // `[LoadBalancer]` `lb-method`, `create-monitor`).
     conf.push_str(&format!(
-        "\n[LoadBalancer]\nlb-provider={}\n",
-        c.labels.octavia_provider
+        "\n[LoadBalancer]\nlb-provider={}\nlb-method={}\ncreate-monitor={}\n",
+        c.labels.octavia_provider, c.labels.infra.lb_method, c.labels.infra.lb_healthcheck
     ));
     let indented: String = conf.lines().map(|l| format!("    {l}\n")).collect();
     let identity = serde_json::to_string(identity).unwrap_or_default();
@@ -175,7 +211,7 @@ pub fn render(
     let csi_values = format!(
         "secret:\n  enabled: true\n  create: true\n  name: cinder-csi-cloud-config\nstorageClass:\n  enabled: true\nclusterID: {identity}\ncloudConfigContents: |\n{indented}"
     );
-    vec![
+    let mut out = vec![
         cni,
         hcp(c, "openstack-ccm", &charts.occm, "kube-system", occm_values),
         hcp(
@@ -185,7 +221,67 @@ pub fn render(
             "kube-system",
             csi_values,
         ),
-    ]
+    ];
+    // kubeadm's kubelets serve with self-signed certificates (no
+    // `serverTLSBootstrap`): metrics-server cannot verify them
+    // (kubernetes-sigs/metrics-server README, "Requirements").
+    if addons.metrics_server {
+        let mut values = "args:\n- --kubelet-insecure-tls\n".to_string();
+        if let Some(p) = &prefix {
+            values.push_str(&format!(
+                "image:\n  repository: {p}/metrics-server/metrics-server\n"
+            ));
+        }
+        out.push(hcp(
+            c,
+            "metrics-server",
+            &charts.metrics_server,
+            "kube-system",
+            values,
+        ));
+    }
+    // The controller's Service of type LoadBalancer is OCCM's (an Octavia
+    // load balancer, deleted by the clean-up with the cluster).
+    if addons.ingress_nginx {
+        let mut values = "controller:\n  service:\n    type: LoadBalancer\n".to_string();
+        if let Some(p) = &prefix {
+            values.push_str(&format!("  image:\n    registry: {p}\n"));
+        }
+        out.push(hcp(
+            c,
+            "ingress-nginx",
+            &charts.ingress_nginx,
+            "ingress-nginx",
+            values,
+        ));
+    }
+    // `keystone_auth_enabled`: the webhook's workload half (its
+    // control-plane half is the KubeadmControlPlane's, `render`).
+    if let Some(tag) = &addons.keystone_auth {
+        out.extend(super::keystone_auth::render(
+            c,
+            &cloud.auth_url,
+            cloud.ca_file_content.as_deref(),
+            &registry("registry.k8s.io"),
+            tag,
+        ));
+    }
+    if addons.monitoring {
+        let mut values = String::from(
+            "prometheus:\n  prometheusSpec:\n    retention: 10d\nalertmanager:\n  enabled: true\ngrafana:\n  enabled: true\n",
+        );
+        if let Some(p) = &prefix {
+            values.push_str(&format!("global:\n  imageRegistry: {p}\n"));
+        }
+        out.push(hcp(
+            c,
+            "monitoring",
+            &charts.monitoring,
+            "monitoring-system",
+            values,
+        ));
+    }
+    out
 }
 
 /// The `<stack_id>-cloud-credentials` Secret CAPO reads (`identityRef`):

@@ -2,8 +2,8 @@
 //!
 //! Every label is one of:
 //! - **supported**: parsed and validated here, used by the CAPI rendering;
-//! - **refused when it asks for something we do not do** (`keystone_auth_enabled=true`,
-//!   a dedicated etcd volume...): the create fails with a
+//! - **refused when it asks for something we do not do** (`manila_csi_enabled=true`,
+//!   the dashboard...): the create fails with a
 //!   reason naming the label, instead of a cluster that silently lacks the feature;
 //! - **Heat-era knobs** with no meaning on Cluster API: ignored, reported as a warning;
 //! - anything else: unknown, ignored, reported as a warning.
@@ -12,6 +12,9 @@
 //! (capi-drivers-survey.md §2.2).
 
 use std::collections::BTreeMap;
+
+pub use super::label_values::LabelError;
+use super::label_values::{count, non_empty, truthy};
 use std::net::IpAddr;
 
 /// The parsed labels.
@@ -47,53 +50,272 @@ pub struct Labels {
     pub container_infra_prefix: Option<String>,
     pub min_node_count: Option<u32>,
     pub max_node_count: Option<u32>,
+    /// The API server: extra certificate names, TLS ciphers, admission
+    /// plugins and OIDC ([`ApiServer`]).
+    pub api_server: ApiServer,
+    /// `kubelet_tls_cipher_suites`: every kubelet's `tls-cipher-suites`.
+    pub kubelet_tls_cipher_suites: Option<String>,
+    /// Placement, networks, storage, load balancers and the audit log
+    /// ([`super::infra_labels`]).
+    pub infra: super::infra_labels::Infra,
 }
 
-/// Why a label set cannot be used (the create fails with this reason).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LabelError {
-    #[error("label {0} is required")]
-    Missing(&'static str),
-    #[error("label {label}={value:?} is invalid: {reason}")]
-    Invalid {
-        label: String,
-        value: String,
-        reason: String,
-    },
-    #[error("label {label}={value:?} asks for {feature}, which this conductor does not provide")]
-    Unsupported {
-        label: String,
-        value: String,
-        feature: &'static str,
-    },
+/// What the API server labels ask of kube-apiserver (vexxhost's names and
+/// meanings, `docs/user/labels.md`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ApiServer {
+    /// `api_server_cert_sans` (comma list): extra names and addresses in
+    /// its serving certificate (KCP `certSANs`).
+    pub cert_sans: Vec<String>,
+    /// `api_server_tls_cipher_suites` -> `tls-cipher-suites`.
+    pub tls_cipher_suites: Option<String>,
+    /// `admission_control_list` -> `enable-admission-plugins`, with
+    /// NodeRestriction first (as vexxhost adds it).
+    pub admission_plugins: Option<String>,
+    /// `oidc_*` -> `oidc-*`, when `oidc_issuer_url` is set.
+    pub oidc: Option<Oidc>,
 }
+
+/// kube-apiserver's OIDC flags.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Oidc {
+    pub issuer_url: String,
+    pub client_id: String,
+    /// Default `sub` (vexxhost's).
+    pub username_claim: String,
+    /// Default `-` (no prefix; vexxhost's).
+    pub username_prefix: String,
+    pub groups_claim: Option<String>,
+    pub groups_prefix: Option<String>,
+}
+
+impl ApiServer {
+    /// kube-apiserver `extraArgs` these labels add, in flag order.
+    pub fn args(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        if let Some(c) = &self.tls_cipher_suites {
+            out.push(("tls-cipher-suites", c.clone()));
+        }
+        if let Some(a) = &self.admission_plugins {
+            out.push(("enable-admission-plugins", a.clone()));
+        }
+        if let Some(o) = &self.oidc {
+            out.push(("oidc-issuer-url", o.issuer_url.clone()));
+            out.push(("oidc-client-id", o.client_id.clone()));
+            out.push(("oidc-username-claim", o.username_claim.clone()));
+            out.push(("oidc-username-prefix", o.username_prefix.clone()));
+            if let Some(g) = &o.groups_claim {
+                out.push(("oidc-groups-claim", g.clone()));
+            }
+            if let Some(g) = &o.groups_prefix {
+                out.push(("oidc-groups-prefix", g.clone()));
+            }
+        }
+        out
+    }
+}
+
+/// A comma list of Go TLS cipher suite names (`TLS_...`), as
+/// `tls-cipher-suites` takes it (kube-apiserver and the kubelet check the
+/// names themselves: `k8s.io/component-base/cli/flag`, `TLSCipherSuites`).
+fn cipher_suites(label: &str, v: &str) -> Result<Option<String>, LabelError> {
+    let names: Vec<&str> = v
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .collect();
+    if names.is_empty() {
+        return Ok(None);
+    }
+    if let Some(bad) = names.iter().find(|n| {
+        !n.starts_with("TLS_")
+            || !n
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+    }) {
+        return Err(LabelError::Invalid {
+            label: label.into(),
+            value: v.into(),
+            reason: format!("{bad:?} is not a TLS cipher suite name (TLS_...)"),
+        });
+    }
+    Ok(Some(names.join(",")))
+}
+
+/// A DNS name or an IP address for a certificate.
+fn san(label: &str, v: &str) -> Result<String, LabelError> {
+    let t = v.trim();
+    let ok = t.parse::<IpAddr>().is_ok()
+        || (!t.is_empty()
+            && t.len() <= 253
+            && t.split('.').all(|p| {
+                !p.is_empty()
+                    && p.len() <= 63
+                    && p.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'*')
+            }));
+    if !ok {
+        return Err(LabelError::Invalid {
+            label: label.into(),
+            value: v.into(),
+            reason: format!("{t:?} is not a DNS name or an IP address"),
+        });
+    }
+    Ok(t.to_ascii_lowercase())
+}
+
+fn api_server(get: &dyn Fn(&str) -> Option<String>) -> Result<ApiServer, LabelError> {
+    let cert_sans = match get("api_server_cert_sans") {
+        Some(v) => v
+            .split(',')
+            .filter(|x| !x.trim().is_empty())
+            .map(|x| san("api_server_cert_sans", x))
+            .collect::<Result<Vec<_>, _>>()?,
+        None => Vec::new(),
+    };
+    let tls_cipher_suites = match get("api_server_tls_cipher_suites") {
+        Some(v) => cipher_suites("api_server_tls_cipher_suites", &v)?,
+        None => None,
+    };
+    let admission_plugins = get("admission_control_list").map(|v| {
+        let mut plugins = vec!["NodeRestriction".to_string()];
+        for p in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            if !plugins.iter().any(|x| x == p) {
+                plugins.push(p.to_string());
+            }
+        }
+        plugins.join(",")
+    });
+    if let Some(bad) = admission_plugins.as_deref().and_then(|a| {
+        a.split(',')
+            .find(|p| !p.bytes().all(|b| b.is_ascii_alphanumeric()))
+    }) {
+        return Err(LabelError::Invalid {
+            label: "admission_control_list".into(),
+            value: get("admission_control_list").unwrap_or_default(),
+            reason: format!("{bad:?} is not an admission plugin name"),
+        });
+    }
+    let oidc = match get("oidc_issuer_url") {
+        None => {
+            if let Some(k) = [
+                "oidc_client_id",
+                "oidc_username_claim",
+                "oidc_username_prefix",
+                "oidc_groups_claim",
+                "oidc_groups_prefix",
+            ]
+            .into_iter()
+            .find(|k| get(k).is_some())
+            {
+                return Err(LabelError::Invalid {
+                    label: k.into(),
+                    value: get(k).unwrap_or_default(),
+                    reason: "needs oidc_issuer_url".into(),
+                });
+            }
+            None
+        }
+        Some(issuer) => {
+            if !issuer.starts_with("https://") || issuer.contains(char::is_whitespace) {
+                return Err(LabelError::Invalid {
+                    label: "oidc_issuer_url".into(),
+                    value: issuer,
+                    reason: "kube-apiserver only accepts an https:// issuer".into(),
+                });
+            }
+            let client_id = get("oidc_client_id").ok_or(LabelError::Missing("oidc_client_id"))?;
+            Some(Oidc {
+                issuer_url: issuer,
+                client_id,
+                username_claim: get("oidc_username_claim").unwrap_or_else(|| "sub".into()),
+                username_prefix: get("oidc_username_prefix").unwrap_or_else(|| "-".into()),
+                groups_claim: get("oidc_groups_claim"),
+                groups_prefix: get("oidc_groups_prefix"),
+            })
+        }
+    };
+    Ok(ApiServer {
+        cert_sans,
+        tls_cipher_suites,
+        admission_plugins,
+        oidc,
+    })
+}
+
+/// The labels this conductor reads and honours.
+pub const SUPPORTED: &[&str] = &[
+    "kube_tag",
+    "boot_volume_size",
+    "boot_volume_type",
+    "docker_volume_type",
+    "availability_zone",
+    "auto_healing_enabled",
+    "auto_scaling_enabled",
+    "fixed_subnet_cidr",
+    "calico_ipv4pool",
+    "cilium_ipv4pool",
+    "service_cluster_ip_range",
+    "dns_cluster_domain",
+    "master_lb_floating_ip_enabled",
+    "api_master_lb_allowed_cidrs",
+    "octavia_provider",
+    "container_infra_prefix",
+    "min_node_count",
+    "max_node_count",
+    "capi_adopted_namespace",
+    crate::cloud::identity::VOLUMES_POLICY_LABEL,
+    "api_server_cert_sans",
+    "api_server_tls_cipher_suites",
+    "kubelet_tls_cipher_suites",
+    "admission_control_list",
+    "oidc_issuer_url",
+    "oidc_client_id",
+    "oidc_username_claim",
+    "oidc_username_prefix",
+    "oidc_groups_claim",
+    "oidc_groups_prefix",
+    "boot_volume_availability_zone",
+    "control_plane_availability_zones",
+    "api_server_lb_flavor",
+    "api_server_lb_availability_zone",
+    "api_server_floating_ip",
+    "extra_network_names",
+    "etcd_volume_size",
+    "etcd_volume_type",
+    "etcd_blockdevice_size",
+    "etcd_blockdevice_volume_type",
+    "server_group_policies",
+    "different_failure_domain",
+    "octavia_lb_algorithm",
+    "octavia_lb_healthcheck",
+    "audit_log_enabled",
+    "audit_log_max_age",
+    "audit_log_max_backup",
+    "audit_log_max_size",
+    "metrics_server_enabled",
+    "ingress_controller",
+    "monitoring_enabled",
+    "cilium_hubble_ui_enabled",
+    "keystone_auth_enabled",
+    "k8s_keystone_auth_tag",
+];
 
 /// Labels that request a feature we do not implement, when set to a value
 /// that turns it on: (label, feature, is the value a request?).
-const REFUSED: &[(&str, &str)] = &[
-    ("keystone_auth_enabled", "the k8s-keystone-auth webhook"),
-    ("monitoring_enabled", "a monitoring stack"),
+pub const REFUSED: &[(&str, &str)] = &[
     ("manila_csi_enabled", "the Manila CSI driver"),
-    ("audit_log_enabled", "API audit logging"),
     ("kube_dashboard_enabled", "the Kubernetes dashboard"),
 ];
 
 /// Labels whose non-empty value we cannot honour.
-const REFUSED_VALUES: &[(&str, &str)] = &[
-    ("ingress_controller", "an ingress controller"),
-    ("etcd_volume_size", "a dedicated etcd volume"),
-    ("etcd_blockdevice_size", "a dedicated etcd block device"),
-    ("extra_network_names", "extra node networks"),
-    ("oidc_issuer_url", "API server OIDC"),
-    ("api_server_floating_ip", "a pre-existing API floating IP"),
-    (
-        "control_plane_availability_zones",
-        "per-AZ control plane placement",
-    ),
+pub const REFUSED_VALUES: &[(&str, &str)] = &[
+    ("manila_csi_plugin_tag", "the Manila CSI driver"),
+    ("manila_csi_share_network_id", "the Manila CSI driver"),
 ];
 
 /// Heat-era and driver-specific labels with no meaning here (ignored, warned).
-const IGNORED: &[&str] = &[
+pub const IGNORED: &[&str] = &[
     "heat_container_agent_tag",
     "cgroup_driver",
     "container_runtime",
@@ -113,7 +335,6 @@ const IGNORED: &[&str] = &[
     "flannel_network_subnetlen",
     "flannel_backend",
     "kube_dashboard_version",
-    "metrics_server_enabled",
     "metrics_server_chart_tag",
     "prometheus_monitoring",
     "auto_healing_controller",
@@ -126,8 +347,6 @@ const IGNORED: &[&str] = &[
     "cloud_provider_tag",
     "cinder_csi_enabled",
     "cinder_csi_plugin_tag",
-    "octavia_lb_algorithm",
-    "octavia_lb_healthcheck",
     "kubelet_options",
     "kubeapi_options",
     "kubecontroller_options",
@@ -139,18 +358,6 @@ const IGNORED: &[&str] = &[
     "containerd_tarball_url",
     "containerd_tarball_sha256",
 ];
-
-fn truthy(label: &str, v: &str) -> Result<bool, LabelError> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "true" | "1" | "yes" | "on" => Ok(true),
-        "false" | "0" | "no" | "off" | "" => Ok(false),
-        _ => Err(LabelError::Invalid {
-            label: label.into(),
-            value: v.into(),
-            reason: "not a boolean (true/false)".into(),
-        }),
-    }
-}
 
 /// `a.b.c.d/n` (or IPv6), network address aligned.
 fn cidr(label: &str, v: &str) -> Result<String, LabelError> {
@@ -226,19 +433,6 @@ pub fn kube_version(v: &str) -> Result<String, LabelError> {
     Ok(k.to_string())
 }
 
-fn count(label: &str, v: &str) -> Result<u32, LabelError> {
-    v.trim().parse::<u32>().map_err(|_| LabelError::Invalid {
-        label: label.into(),
-        value: v.into(),
-        reason: "not a non-negative integer".into(),
-    })
-}
-
-fn non_empty(v: &str) -> Option<String> {
-    let t = v.trim();
-    (!t.is_empty()).then(|| t.to_string())
-}
-
 /// `labels` without those this conductor refuses (for a cluster whose
 /// ClusterClass, not this conductor, provides what they ask for).
 pub fn without_refused(mut labels: BTreeMap<String, String>) -> BTreeMap<String, String> {
@@ -266,28 +460,7 @@ pub fn parse(
     } else {
         "cilium_ipv4pool"
     };
-    let known: &[&str] = &[
-        "kube_tag",
-        "boot_volume_size",
-        "boot_volume_type",
-        "docker_volume_type",
-        "availability_zone",
-        "auto_healing_enabled",
-        "auto_scaling_enabled",
-        "fixed_subnet_cidr",
-        "calico_ipv4pool",
-        "cilium_ipv4pool",
-        "service_cluster_ip_range",
-        "dns_cluster_domain",
-        "master_lb_floating_ip_enabled",
-        "api_master_lb_allowed_cidrs",
-        "octavia_provider",
-        "container_infra_prefix",
-        "min_node_count",
-        "max_node_count",
-        "capi_adopted_namespace",
-        crate::cloud::identity::VOLUMES_POLICY_LABEL,
-    ];
+    let known = SUPPORTED;
     for (k, v) in labels {
         if let Some((_, feature)) = REFUSED.iter().find(|(l, _)| l == k) {
             if truthy(k, v)? {
@@ -394,6 +567,28 @@ pub fn parse(
             reason: "not a DNS domain".into(),
         });
     }
+    let octavia_provider = get("octavia_provider")
+        .and_then(non_empty)
+        .unwrap_or_else(|| "amphora".into());
+    let (infra, more) = super::infra_labels::parse(
+        &|k: &str| get(k).map(str::to_string),
+        &octavia_provider,
+        network_driver,
+    )?;
+    warnings.extend(more);
+    let api_lb_floating_ip = match get("master_lb_floating_ip_enabled") {
+        Some(v) => truthy("master_lb_floating_ip_enabled", v)?,
+        None => true,
+    };
+    if let Some(fip) = infra.api_floating_ip
+        && !api_lb_floating_ip
+    {
+        return Err(LabelError::Invalid {
+            label: "api_server_floating_ip".into(),
+            value: fip.to_string(),
+            reason: "master_lb_floating_ip_enabled=false asks for no floating IP on the API".into(),
+        });
+    }
     let parsed = Labels {
         kube_version,
         boot_volume_size_gb,
@@ -418,17 +613,18 @@ pub fn parse(
         pod_cidr,
         service_cidr,
         dns_domain,
-        api_lb_floating_ip: match get("master_lb_floating_ip_enabled") {
-            Some(v) => truthy("master_lb_floating_ip_enabled", v)?,
-            None => true,
-        },
+        api_lb_floating_ip,
         api_allowed_cidrs: allowed,
-        octavia_provider: get("octavia_provider")
-            .and_then(non_empty)
-            .unwrap_or_else(|| "amphora".into()),
+        octavia_provider,
         container_infra_prefix: get("container_infra_prefix").and_then(non_empty),
         min_node_count,
         max_node_count,
+        api_server: api_server(&|k: &str| get(k).and_then(non_empty))?,
+        kubelet_tls_cipher_suites: match get("kubelet_tls_cipher_suites") {
+            Some(v) => cipher_suites("kubelet_tls_cipher_suites", v)?,
+            None => None,
+        },
+        infra,
     };
     Ok((parsed, warnings))
 }
@@ -442,6 +638,91 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn api_server_labels_are_validated_and_become_flags() {
+        let base = [("kube_tag", "v1.30.4")];
+        let with = |extra: &[(&str, &str)]| {
+            let mut m = l(&base);
+            m.extend(l(extra));
+            parse(&m, "calico")
+        };
+        let (p, w) = with(&[
+            ("api_server_cert_sans", "api.example.com, 192.0.2.7"),
+            (
+                "api_server_tls_cipher_suites",
+                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+            ),
+            (
+                "kubelet_tls_cipher_suites",
+                "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+            ),
+            ("admission_control_list", "AlwaysPullImages,NodeRestriction"),
+            ("oidc_issuer_url", "https://issuer.example.com"),
+            ("oidc_client_id", "kubernetes"),
+            ("oidc_groups_claim", "groups"),
+        ])
+        .unwrap();
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(p.api_server.cert_sans, ["api.example.com", "192.0.2.7"]);
+        assert_eq!(
+            p.kubelet_tls_cipher_suites.as_deref(),
+            Some("TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384")
+        );
+        let want: Vec<(&str, String)> = [
+            (
+                "tls-cipher-suites",
+                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+            ),
+            // NodeRestriction first, once.
+            (
+                "enable-admission-plugins",
+                "NodeRestriction,AlwaysPullImages",
+            ),
+            ("oidc-issuer-url", "https://issuer.example.com"),
+            ("oidc-client-id", "kubernetes"),
+            ("oidc-username-claim", "sub"),
+            ("oidc-username-prefix", "-"),
+            ("oidc-groups-claim", "groups"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k, v.to_string()))
+        .collect();
+        assert_eq!(p.api_server.args(), want);
+        for (bad, why) in [
+            (vec![("api_server_cert_sans", "a b")], "not a DNS name"),
+            (
+                vec![("api_server_tls_cipher_suites", "RC4")],
+                "not a TLS cipher suite",
+            ),
+            (
+                vec![("kubelet_tls_cipher_suites", "tls_aes")],
+                "not a TLS cipher suite",
+            ),
+            (
+                vec![("admission_control_list", "Bad-Plugin")],
+                "not an admission plugin",
+            ),
+            (vec![("oidc_client_id", "k")], "needs oidc_issuer_url"),
+            (
+                vec![
+                    ("oidc_issuer_url", "http://issuer"),
+                    ("oidc_client_id", "k"),
+                ],
+                "https://",
+            ),
+            (
+                vec![("oidc_issuer_url", "https://issuer")],
+                "oidc_client_id is required",
+            ),
+        ] {
+            let e = with(&bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+        // Unset: no flag at all.
+        let (p, _) = with(&[]).unwrap();
+        assert!(p.api_server.args().is_empty() && p.api_server.cert_sans.is_empty());
     }
 
     #[test]
@@ -528,12 +809,12 @@ mod tests {
             assert!(e.to_string().contains("kube_tag"), "{bad}: {e}");
         }
         let e = parse(
-            &l(&[("kube_tag", "v1.30.4"), ("keystone_auth_enabled", "true")]),
+            &l(&[("kube_tag", "v1.30.4"), ("manila_csi_enabled", "true")]),
             "calico",
         )
         .unwrap_err();
         assert!(
-            e.to_string().contains("keystone_auth_enabled") && e.to_string().contains("webhook"),
+            e.to_string().contains("manila_csi_enabled") && e.to_string().contains("Manila"),
             "{e}"
         );
         let (on, _) = parse(
@@ -559,7 +840,10 @@ mod tests {
             .is_ok()
         );
         let e = parse(
-            &l(&[("kube_tag", "v1.30.4"), ("etcd_volume_size", "10")]),
+            &l(&[
+                ("kube_tag", "v1.30.4"),
+                ("manila_csi_share_network_id", "x"),
+            ]),
             "calico",
         )
         .unwrap_err();

@@ -1,6 +1,7 @@
 //! Magnum clusters on Cluster API: the pure parts first.
 //!
 //! - [`labels`]: which cluster labels we honour, refuse or ignore;
+//! - [`infra_labels`]: those about placement, networks, storage, load balancers and auditing;
 //! - [`naming`]: `stack_id`, namespaces and object names;
 //! - [`render`]: the CAPI objects of a cluster, for either CAPI line;
 //! - [`addons`]: CNI, cloud-controller-manager and Cinder CSI as HelmChartProxies;
@@ -11,6 +12,10 @@
 
 pub mod addons;
 pub mod autoscaler;
+pub mod infra_labels;
+pub mod keystone_auth;
+pub mod label_table;
+pub mod label_values;
 pub mod labels;
 pub mod naming;
 pub mod render;

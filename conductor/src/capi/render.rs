@@ -13,8 +13,11 @@
 
 use std::collections::BTreeMap;
 
+use common::api_proxy;
 use serde_json::{Value, json};
 
+use super::infra_labels;
+use super::keystone_auth;
 use super::labels::Labels;
 use super::naming::{hashed_name, object_name};
 
@@ -140,6 +143,10 @@ pub struct ClusterInput {
     pub fixed_subnet: Option<String>,
     pub dns_nameservers: Vec<String>,
     pub master_lb_enabled: bool,
+    /// Reached through `magnum-capi-proxy` (`[capi] api_proxy` and no API
+    /// floating IP): its Service, and the proxy's name in the API
+    /// server's certificate ([`common::api_proxy`]).
+    pub api_proxy: bool,
     pub workers: Vec<WorkerGroup>,
     /// Set for a cluster another driver made (`adopt`).
     pub adopted: Option<Adopted>,
@@ -212,8 +219,14 @@ impl ClusterInput {
     fn bootstrap_api(&self) -> &'static str {
         self.line.api_versions().2
     }
-    fn v2(&self) -> bool {
+    pub fn v2(&self) -> bool {
         self.line == CapiLine::V1beta2
+    }
+    /// Reached through `magnum-capi-proxy`: asked for, and not adopted (an
+    /// adopted control plane keeps its own certificate, without the
+    /// proxy's name).
+    pub fn proxied(&self) -> bool {
+        self.api_proxy && self.adopted.is_none()
     }
     fn labels(&self, extra: &[(&str, &str)]) -> Value {
         let mut m = serde_json::Map::new();
@@ -255,31 +268,51 @@ impl ClusterInput {
             )
         }
     }
-    fn image(&self, image: &str) -> Value {
-        if uuid::Uuid::try_parse(image).is_ok() {
-            json!({"id": image})
-        } else {
-            json!({"filter": {"name": image}})
-        }
-    }
-    fn machine_spec(&self, flavor: &str, image: &str, docker_volume_gb: Option<u32>) -> Value {
+
+    /// A machine's OpenStackMachineTemplate spec. `group`: the worker
+    /// group's key, `None` for the control plane (which alone gets the
+    /// etcd volume). Fields a label adds appear only when it is set, so
+    /// the spec (and the template's hashed name) of a cluster without
+    /// them does not change.
+    fn machine_spec(
+        &self,
+        flavor: &str,
+        image: &str,
+        docker_volume_gb: Option<u32>,
+        group: Option<&str>,
+    ) -> Value {
+        let infra = &self.labels.infra;
         // Magnum holds a flavor name or id: a UUID is an id (CAPO `flavorID`).
         let mut spec = if uuid::Uuid::try_parse(flavor).is_ok() {
-            json!({"flavorID": flavor, "image": self.image(image)})
+            json!({"flavorID": flavor, "image": self.param(image)})
         } else {
-            json!({"flavor": flavor, "image": self.image(image)})
+            json!({"flavor": flavor, "image": self.param(image)})
         };
-        if let Some(gb) = docker_volume_gb {
-            // Attached after the root disk: the guest's second virtio disk.
-            let mut volume = json!({});
-            if let Some(t) = &self.labels.docker_volume_type {
-                volume["type"] = json!(t);
+        let volume = |volume_type: Option<&String>| {
+            let mut v = json!({});
+            if let Some(t) = volume_type {
+                v["type"] = json!(t);
             }
             if let Some(az) = &self.labels.availability_zone {
-                volume["availabilityZone"] = json!({"name": az});
+                v["availabilityZone"] = json!({"name": az});
             }
-            spec["additionalBlockDevices"] = json!([{"name": "containerd", "sizeGiB": gb,
-                "storage": {"type": "Volume", "volume": volume}}]);
+            v
+        };
+        // Attached after the root disk, in this order: the guest's virtio
+        // disks vdb, vdc ([`ETCD_DISK`], [`container_disk`]).
+        let mut devices = Vec::new();
+        if group.is_none()
+            && let Some(etcd) = &infra.etcd_volume
+        {
+            devices.push(json!({"name": "etcd", "sizeGiB": etcd.size_gb,
+                "storage": {"type": "Volume", "volume": volume(etcd.volume_type.as_ref())}}));
+        }
+        if let Some(gb) = docker_volume_gb {
+            devices.push(json!({"name": "containerd", "sizeGiB": gb,
+                "storage": {"type": "Volume", "volume": volume(self.labels.docker_volume_type.as_ref())}}));
+        }
+        if !devices.is_empty() {
+            spec["additionalBlockDevices"] = Value::Array(devices);
         }
         if let Some(k) = &self.keypair {
             spec["sshKeyName"] = json!(k);
@@ -289,12 +322,47 @@ impl ClusterInput {
             if let Some(t) = &self.labels.boot_volume_type {
                 rv["type"] = json!(t);
             }
-            if let Some(az) = &self.labels.availability_zone {
+            if let Some(az) = infra
+                .boot_volume_az
+                .as_ref()
+                .or(self.labels.availability_zone.as_ref())
+            {
                 rv["availabilityZone"] = json!({"name": az});
             }
             spec["rootVolume"] = rv;
         }
+        // Extra networks: the cluster network's port first (a port without
+        // a network is on it: CAPO `pkg/cloud/services/networking/port.go`,
+        // `normalizePortTarget`), then one per network.
+        if !infra.extra_networks.is_empty() {
+            let mut ports = vec![json!({})];
+            for n in &infra.extra_networks {
+                ports.push(json!({"network": self.param(n)}));
+            }
+            spec["ports"] = Value::Array(ports);
+        }
+        // Found by its name when the machine is made (CAPO
+        // `pkg/cloud/services/compute/servergroup.go`, `GetServerGroupID`:
+        // exactly one of that name, else the machine fails): the conductor
+        // makes it before the template is applied.
+        if infra.server_group_policy.is_some() {
+            spec["serverGroup"] =
+                json!({"filter": {"name": server_group_name(&self.cluster_uuid, group)}});
+        }
+        if infra.different_failure_domain {
+            spec["schedulerHintAdditionalProperties"] = json!([{"name": "different_failure_domain",
+                "value": {"type": "Bool", "bool": true}}]);
+        }
         spec
+    }
+    /// A CAPO resource parameter (image, network, subnet): by id when a
+    /// UUID, else by name.
+    fn param(&self, v: &str) -> Value {
+        if uuid::Uuid::try_parse(v).is_ok() {
+            json!({"id": v})
+        } else {
+            json!({"filter": {"name": v}})
+        }
     }
     fn node_registration(
         &self,
@@ -312,6 +380,9 @@ impl ClusterInput {
         ];
         if !labels_arg.is_empty() {
             kubelet.push(("node-labels", &labels_arg));
+        }
+        if let Some(ciphers) = &self.labels.kubelet_tls_cipher_suites {
+            kubelet.push(("tls-cipher-suites", ciphers));
         }
         let mut nr =
             json!({"name": "{{ local_hostname }}", "kubeletExtraArgs": self.args(&kubelet)});
@@ -333,18 +404,44 @@ impl ClusterInput {
     }
 }
 
-/// kubeadm's disk setup for the container-storage volume: one ext4
-/// partition on the second disk, mounted on /var/lib/containerd.
-fn container_storage(spec: &mut Value) {
+/// kubeadm's disk setup: one ext4 partition on each additional disk,
+/// mounted by its label. `disks`: (device, filesystem label, mount point).
+fn disk_setup(spec: &mut Value, disks: &[(&str, &str, &str)]) {
+    if disks.is_empty() {
+        return;
+    }
     spec["diskSetup"] = json!({
-        "partitions": [{"device": CONTAINER_DISK, "layout": true, "overwrite": false, "tableType": "gpt"}],
-        "filesystems": [{"device": format!("{CONTAINER_DISK}1"), "filesystem": "ext4", "label": "containerd"}],
+        "partitions": disks.iter().map(|(d, _, _)| json!({"device": d, "layout": true, "overwrite": false, "tableType": "gpt"})).collect::<Vec<_>>(),
+        "filesystems": disks.iter().map(|(d, l, _)| json!({"device": format!("{d}1"), "filesystem": "ext4", "label": l})).collect::<Vec<_>>(),
     });
-    spec["mounts"] = json!([["LABEL=containerd", "/var/lib/containerd"]]);
+    spec["mounts"] = Value::Array(
+        disks
+            .iter()
+            .map(|(_, l, m)| json!([format!("LABEL={l}"), m]))
+            .collect(),
+    );
 }
 
 /// The guest device of the first additional block device (virtio).
 pub const CONTAINER_DISK: &str = "/dev/vdb";
+/// The etcd volume's device: the control plane's first additional disk.
+pub const ETCD_DISK: &str = "/dev/vdb";
+
+/// The container-storage volume's device: after the etcd volume if any.
+pub fn container_disk(after_etcd: bool) -> &'static str {
+    if after_etcd {
+        "/dev/vdc"
+    } else {
+        CONTAINER_DISK
+    }
+}
+
+/// The Nova server group of the control plane (`group` None) or of a
+/// worker group: named after the cluster's uuid, whose fixed length keeps
+/// one cluster's names from being the start of another's.
+pub fn server_group_name(cluster_uuid: &str, group: Option<&str>) -> String {
+    format!("magnum-{cluster_uuid}-{}", group.unwrap_or("control-plane"))
+}
 
 /// All objects for one cluster, in creation order (owners first is not
 /// needed: CAPI resolves references when they appear).
@@ -371,12 +468,23 @@ pub fn render_infrastructure(c: &ClusterInput) -> Vec<Value> {
     if !c.labels.api_allowed_cidrs.is_empty() {
         osc_spec["apiServerLoadBalancer"]["allowedCIDRs"] = json!(c.labels.api_allowed_cidrs);
     }
+    let infra = &c.labels.infra;
+    if c.master_lb_enabled {
+        if let Some(f) = &infra.api_lb_flavor {
+            osc_spec["apiServerLoadBalancer"]["flavor"] = json!(f);
+        }
+        if let Some(az) = &infra.api_lb_az {
+            osc_spec["apiServerLoadBalancer"]["availabilityZone"] = json!(az);
+        }
+    }
+    if let Some(fip) = infra.api_floating_ip {
+        osc_spec["apiServerFloatingIP"] = json!(fip.to_string());
+    }
+    if !infra.control_plane_azs.is_empty() {
+        osc_spec["controlPlaneAvailabilityZones"] = json!(infra.control_plane_azs);
+    }
     if let Some(ext) = &c.external_network_id {
-        osc_spec["externalNetwork"] = if uuid::Uuid::try_parse(ext).is_ok() {
-            json!({"id": ext})
-        } else {
-            json!({"filter": {"name": ext}})
-        };
+        osc_spec["externalNetwork"] = c.param(ext);
     }
     match (&c.fixed_network, &c.fixed_subnet) {
         (None, None) => {
@@ -387,18 +495,11 @@ pub fn render_infrastructure(c: &ClusterInput) -> Vec<Value> {
             osc_spec["managedSubnets"] = json!([subnet]);
         }
         (net, subnet) => {
-            let param = |v: &str| {
-                if uuid::Uuid::try_parse(v).is_ok() {
-                    json!({"id": v})
-                } else {
-                    json!({"filter": {"name": v}})
-                }
-            };
             if let Some(n) = net {
-                osc_spec["network"] = param(n);
+                osc_spec["network"] = c.param(n);
             }
             if let Some(sn) = subnet {
-                osc_spec["subnets"] = json!([param(sn)]);
+                osc_spec["subnets"] = json!([c.param(sn)]);
             }
         }
     }
@@ -407,18 +508,32 @@ pub fn render_infrastructure(c: &ClusterInput) -> Vec<Value> {
     if c.v2() {
         network["apiServerPort"] = json!(6443);
     }
-    vec![
+    let mut out = vec![
         json!({"apiVersion": INFRA, "kind": "OpenStackCluster", "metadata": c.meta(s, &[]), "spec": osc_spec}),
         json!({"apiVersion": c.capi(), "kind": "Cluster", "metadata": c.meta(s, &[]),
         "spec": {"clusterNetwork": network,
                  "infrastructureRef": c.reference(INFRA, "OpenStackCluster", s),
                  "controlPlaneRef": c.reference(c.kcp_api(), "KubeadmControlPlane", &cp_name)}}),
-    ]
+    ];
+    if c.proxied() {
+        out.push(api_proxy_service(c));
+    }
+    out
+}
+
+/// The selector-less Service the proxy hosts publish their EndpointSlices
+/// for ([`common::api_proxy`]); CAPI's controllers resolve its name.
+pub fn api_proxy_service(c: &ClusterInput) -> Value {
+    let name = api_proxy::service_name(&c.stack_id);
+    json!({"apiVersion": "v1", "kind": "Service",
+           "metadata": c.meta(&name, &[(api_proxy::SERVICE_LABEL, &c.stack_id)]),
+           "spec": {"ports": [{"name": "https", "port": api_proxy::PORT, "protocol": "TCP",
+                               "targetPort": api_proxy::PORT}]}})
 }
 
 /// The control plane's machine template spec (its name is a hash of it).
 fn control_plane_machine(c: &ClusterInput) -> Value {
-    json!({"template": {"spec": c.machine_spec(&c.master_flavor, &c.master_image, c.master_docker_volume_gb)}})
+    json!({"template": {"spec": c.machine_spec(&c.master_flavor, &c.master_image, c.master_docker_volume_gb, None)}})
 }
 
 /// The name of the control plane's OpenStackMachineTemplate.
@@ -448,14 +563,73 @@ pub fn render_control_plane(c: &ClusterInput) -> Vec<Value> {
         }
     };
     let cloud_args = c.args(&[("cloud-provider", "external")]);
+    // The API server labels' flags (ciphers, admission plugins, OIDC).
+    let mut api_args = c.labels.api_server.args();
+    let audit = c.labels.infra.audit_log.as_ref();
+    if let Some(a) = audit {
+        api_args.extend(a.args());
+    }
+    let keystone = c.labels.infra.addons.keystone_auth.is_some();
+    if keystone {
+        api_args.extend(keystone_auth::api_server_args());
+    }
+    let api_pairs: Vec<(&str, &str)> = std::iter::once(("cloud-provider", "external"))
+        .chain(api_args.iter().map(|(k, v)| (*k, v.as_str())))
+        .collect();
     let no_labels = BTreeMap::new();
     let mut kubeadm = json!({
-        "clusterConfiguration": {"apiServer": {"extraArgs": cloud_args}, "controllerManager": {"extraArgs": cloud_args}},
+        "clusterConfiguration": {"apiServer": {"extraArgs": c.args(&api_pairs)}, "controllerManager": {"extraArgs": cloud_args}},
         "initConfiguration": {"nodeRegistration": c.node_registration(&no_labels, &[])},
         "joinConfiguration": {"nodeRegistration": c.node_registration(&no_labels, &[])},
     });
+    let etcd = c.labels.infra.etcd_volume.is_some();
+    let mut disks = Vec::new();
+    if etcd {
+        disks.push((ETCD_DISK, "etcd_disk", "/var/lib/etcd"));
+    }
     if c.master_docker_volume_gb.is_some() {
-        container_storage(&mut kubeadm);
+        disks.push((container_disk(etcd), "containerd", "/var/lib/containerd"));
+    }
+    disk_setup(&mut kubeadm, &disks);
+    // The audit policy on the host, and the policy's and the log's
+    // directories in the kube-apiserver static pod (kubeadm mounts
+    // `extraVolumes` as hostPath volumes).
+    let (mut files, mut volumes) = (Vec::new(), Vec::new());
+    if audit.is_some() {
+        files.push(
+            json!({"path": infra_labels::AUDIT_POLICY_FILE, "owner": "root:root",
+            "permissions": "0600", "content": infra_labels::AUDIT_POLICY}),
+        );
+        volumes.push(json!({"name": "audit-policy", "hostPath": infra_labels::AUDIT_POLICY_DIR,
+             "mountPath": infra_labels::AUDIT_POLICY_DIR, "readOnly": true, "pathType": "DirectoryOrCreate"}));
+        volumes.push(
+            json!({"name": "audit-logs", "hostPath": infra_labels::AUDIT_LOG_HOST_DIR,
+             "mountPath": infra_labels::AUDIT_LOG_POD_DIR, "pathType": "DirectoryOrCreate"}),
+        );
+    }
+    // The Keystone webhook's kubeconfig and its directory in the pod.
+    if keystone {
+        let (file, volume) = keystone_auth::api_server();
+        files.push(file);
+        volumes.push(volume);
+    }
+    if !files.is_empty() {
+        kubeadm["files"] = json!(files);
+    }
+    if !volumes.is_empty() {
+        kubeadm["clusterConfiguration"]["apiServer"]["extraVolumes"] = json!(volumes);
+    }
+    // The name CAPI's controllers dial through the proxy (which passes TLS
+    // through: the API server's own certificate must name it), then the
+    // label's extra names.
+    let sans: Vec<String> = c
+        .proxied()
+        .then(|| api_proxy::server_name(s, &c.namespace))
+        .into_iter()
+        .chain(c.labels.api_server.cert_sans.iter().cloned())
+        .collect();
+    if !sans.is_empty() {
+        kubeadm["clusterConfiguration"]["apiServer"]["certSANs"] = json!(sans);
     }
     let machine_template = if c.v2() {
         json!({"spec": {"infrastructureRef": infra_ref}})
@@ -481,7 +655,7 @@ pub fn render_control_plane(c: &ClusterInput) -> Vec<Value> {
 
 /// A worker group's OpenStackMachineTemplate spec.
 fn group_machine(c: &ClusterInput, g: &WorkerGroup) -> Value {
-    json!({"template": {"spec": c.machine_spec(&g.flavor, &g.image, g.docker_volume_gb)}})
+    json!({"template": {"spec": c.machine_spec(&g.flavor, &g.image, g.docker_volume_gb, Some(&g.key))}})
 }
 
 /// The name of a worker group's OpenStackMachineTemplate for its spec now.
@@ -510,7 +684,10 @@ pub fn render_group(c: &ClusterInput, g: &WorkerGroup) -> Vec<Value> {
             out.push(json!({"apiVersion": INFRA, "kind": "OpenStackMachineTemplate", "metadata": c.meta(&mt, &group_label), "spec": machine}));
             let mut bootstrap_spec = json!({"joinConfiguration": {"nodeRegistration": c.node_registration(&g.node_labels, &g.node_taints)}});
             if g.docker_volume_gb.is_some() {
-                container_storage(&mut bootstrap_spec);
+                disk_setup(
+                    &mut bootstrap_spec,
+                    &[(CONTAINER_DISK, "containerd", "/var/lib/containerd")],
+                );
             }
             let bootstrap = json!({"template": {"spec": bootstrap_spec}});
             let bt = hashed_name(s, &g.key, &spec_hash(&bootstrap));

@@ -45,6 +45,8 @@ pub struct Observed {
     pub machine_deployments: Vec<Value>,
     pub machines: Vec<Value>,
     pub helm_releases: Vec<Value>,
+    /// `magnum-capi-proxy` hosts' EndpointSlices of its API Service.
+    pub api_slices: Vec<Value>,
 }
 
 impl Observed {
@@ -76,6 +78,31 @@ impl Observed {
     }
 }
 
+/// For a cluster reached through `magnum-capi-proxy`: once CAPO made its
+/// network, no proxy host has published a ready EndpointSlice, so CAPI's
+/// controllers cannot reach its API (nothing else would say why the create
+/// does not move).
+fn proxy_blocker(o: &Observed) -> Option<String> {
+    let infra = o.infra.as_ref()?;
+    if ptr(infra, "/status/ready") != Some(&Value::Bool(true)) {
+        return None;
+    }
+    let ready = o.api_slices.iter().any(|s| {
+        label(s, "endpointslice.kubernetes.io/managed-by") == Some(common::api_proxy::MANAGED_BY)
+            && common::api_proxy::slice_ready(s)
+    });
+    if ready {
+        return None;
+    }
+    let cluster = o.cluster.as_ref().and_then(|c| text(c, "/metadata/name"))?;
+    let network = text(infra, "/status/network/id").unwrap_or("(not known yet)");
+    Some(format!(
+        "the management cluster cannot reach the API: no magnum-capi-proxy host reaches network {network} \
+         (no ready EndpointSlice for Service {}); see `magnum-conductor check`",
+        common::api_proxy::service_name(cluster)
+    ))
+}
+
 /// What the rows want of one group: the status says `*_COMPLETE` only
 /// once the management cluster runs exactly this.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -99,6 +126,8 @@ pub struct GroupTarget {
 pub struct Targets {
     pub control_plane: GroupTarget,
     pub workers: Vec<GroupTarget>,
+    /// Reached through `magnum-capi-proxy` (no API floating IP).
+    pub proxied: bool,
 }
 
 /// One nodegroup's view.
@@ -127,6 +156,9 @@ pub struct MagnumView {
     /// Changes whenever a rollout or scale moves a step (for the "no
     /// progress" timeout of updates).
     pub progress: u64,
+    /// What a complete cluster's `status_reason` says (labels that were
+    /// ignored); None: nothing.
+    pub note: Option<String>,
 }
 
 /// How long the operation has run, and its limits (minutes).
@@ -540,10 +572,13 @@ pub fn map(op: Operation, o: &Observed, targets: &Targets, clock: Clock) -> Magn
         .helm_releases
         .iter()
         .all(|h| text(h, "/status/status") == Some("deployed"));
+    let unreachable = (targets.proxied && op != Operation::Delete)
+        .then(|| proxy_blocker(o))
+        .flatten();
     let waiting = || -> Option<String> {
-        o.cluster
-            .as_ref()
-            .and_then(blocking_condition)
+        unreachable
+            .clone()
+            .or_else(|| o.cluster.as_ref().and_then(blocking_condition))
             .or_else(|| cp_blocker.clone())
             .or_else(|| group_blockers.first().cloned())
             .or_else(|| (!addons_done).then(|| "waiting for addons".to_string()))
@@ -619,6 +654,7 @@ pub fn map(op: Operation, o: &Observed, targets: &Targets, clock: Clock) -> Magn
         health_status: if healthy { "HEALTHY" } else { "UNHEALTHY" }.to_string(),
         health_status_reason: health_reason,
         progress: fingerprint.finish(),
+        note: None,
     }
 }
 

@@ -5,7 +5,9 @@
 //!   and the endpoints of its catalog;
 //! - Neutron (`network`): floating IPs and security groups of the project;
 //! - Octavia (`load-balancer`): load balancers, deleted with `cascade`;
-//! - Cinder (`block-storage`, else `volumev3`): volumes and snapshots.
+//! - Cinder (`block-storage`, else `volumev3`): volumes and snapshots;
+//! - Nova (`compute`): the server groups of `server_group_policies`, made
+//!   before the machines and deleted with the cluster.
 //!
 //! A cloud without Octavia or Cinder in its catalog has none of their
 //! resources to delete (Magnum's own `is_octavia_enabled` test). Lists
@@ -25,7 +27,7 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
 use super::identity::{
-    FloatingIp, Inventory, Item, Kind, LoadBalancer, SecurityGroup, Snapshot, Volume,
+    FloatingIp, Inventory, Item, Kind, LoadBalancer, SecurityGroup, ServerGroup, Snapshot, Volume,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -117,6 +119,19 @@ impl JsonHttp {
         token: Option<&str>,
         body: Option<&Value>,
     ) -> Result<(StatusCode, http::HeaderMap, Value), ApiError> {
+        self.send_with(what, method, url, token, body, &[]).await
+    }
+
+    /// [`JsonHttp::send`] with extra request headers (a microversion).
+    pub async fn send_with(
+        &self,
+        what: &str,
+        method: Method,
+        url: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+    ) -> Result<(StatusCode, http::HeaderMap, Value), ApiError> {
         let transport = |reason: String| ApiError::Transport {
             what: what.to_string(),
             reason,
@@ -128,6 +143,9 @@ impl JsonHttp {
             .header("User-Agent", "magnum-conductor-rs");
         if let Some(t) = token {
             req = req.header("X-Auth-Token", t);
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
         }
         let bytes = match body {
             Some(b) => {
@@ -184,6 +202,7 @@ pub struct Session {
     pub network: String,
     pub load_balancer: Option<String>,
     pub block_storage: Option<String>,
+    pub compute: Option<String>,
 }
 
 impl std::fmt::Debug for Session {
@@ -193,6 +212,7 @@ impl std::fmt::Debug for Session {
             .field("network", &self.network)
             .field("load_balancer", &self.load_balancer)
             .field("block_storage", &self.block_storage)
+            .field("compute", &self.compute)
             .finish_non_exhaustive()
     }
 }
@@ -282,6 +302,20 @@ fn metadata(v: &Value) -> BTreeMap<String, String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// A server group as any microversion shows it (`policy` from 2.64,
+/// `policies` before).
+pub fn parse_server_group(v: &Value) -> ServerGroup {
+    ServerGroup {
+        id: s(v, "id"),
+        name: s(v, "name"),
+        policy: v["policy"]
+            .as_str()
+            .or_else(|| v["policies"][0].as_str())
+            .unwrap_or_default()
+            .to_string(),
+    }
 }
 
 pub fn parse_load_balancer(v: &Value) -> LoadBalancer {
@@ -397,6 +431,7 @@ impl CloudApi {
                 &c.interface,
                 region,
             ),
+            compute: endpoint(catalog, &["compute"], &c.interface, region),
         })
     }
 
@@ -510,7 +545,88 @@ impl CloudApi {
                 .map(parse_snapshot)
                 .collect();
         }
+        if s.compute.is_some() {
+            inv.server_groups = self.server_groups(s).await?;
+        }
         Ok(inv)
+    }
+
+    /// The project's Nova server groups (the compute API lists a project's
+    /// own, up to `[api] max_limit`: more is not a cluster's).
+    pub async fn server_groups(&self, s: &Session) -> Result<Vec<ServerGroup>, ApiError> {
+        let base = s
+            .compute
+            .as_deref()
+            .ok_or_else(|| ApiError::Config("no compute endpoint in the catalog".into()))?
+            .trim_end_matches('/');
+        Ok(self
+            .list(
+                s,
+                "Nova server group list",
+                format!("{base}/os-server-groups"),
+                "server_groups",
+            )
+            .await?
+            .iter()
+            .map(parse_server_group)
+            .collect())
+    }
+
+    /// The server group `name`: the one there (its id), else a new one of
+    /// `policy`. Made twice by a race (two conductors, a retry after a lost
+    /// answer), the extras are deleted: CAPO wants exactly one of the name
+    /// (`pkg/cloud/services/compute/servergroup.go`, `getServerGroupByName`).
+    pub async fn ensure_server_group(
+        &self,
+        s: &Session,
+        name: &str,
+        policy: &str,
+    ) -> Result<ServerGroup, ApiError> {
+        let base = s
+            .compute
+            .as_deref()
+            .ok_or_else(|| {
+                ApiError::Config(
+                    "server_group_policies needs Nova (compute) in the catalog, and the cloud has none"
+                        .into(),
+                )
+            })?
+            .trim_end_matches('/')
+            .to_string();
+        let mut have: Vec<ServerGroup> = self
+            .server_groups(s)
+            .await?
+            .into_iter()
+            .filter(|g| g.name == name)
+            .collect();
+        if have.is_empty() {
+            // The soft policies came with compute microversion 2.15
+            // (`policies` stays a list of one until 2.64).
+            let body = json!({"server_group": {"name": name, "policies": [policy]}});
+            let (_, _, made) = self
+                .http
+                .send_with(
+                    "Nova server group create",
+                    Method::POST,
+                    &format!("{base}/os-server-groups"),
+                    Some(s.token.expose()),
+                    Some(&body),
+                    &[("OpenStack-API-Version", "compute 2.15")],
+                )
+                .await?;
+            return Ok(parse_server_group(&made["server_group"]));
+        }
+        have.sort_by(|a, b| a.id.cmp(&b.id));
+        for extra in have.split_off(1) {
+            let item = Item {
+                kind: Kind::ServerGroup,
+                id: extra.id,
+                label: extra.name,
+                status: String::new(),
+            };
+            self.delete(s, &item).await?;
+        }
+        Ok(have.remove(0))
     }
 
     /// Ask for `item`'s deletion. Already gone is success.
@@ -542,6 +658,17 @@ impl CloudApi {
                     s.block_storage
                         .as_deref()
                         .ok_or_else(|| missing("Cinder"))?,
+                    item.id
+                ),
+            ),
+            Kind::ServerGroup => (
+                "Nova server group delete",
+                format!(
+                    "{}/os-server-groups/{}",
+                    s.compute
+                        .as_deref()
+                        .ok_or_else(|| missing("Nova"))?
+                        .trim_end_matches('/'),
                     item.id
                 ),
             ),
@@ -620,6 +747,18 @@ mod tests {
             ),
         ] {
             assert_eq!(error_message(&body).as_deref(), Some(want));
+        }
+        for (v, want) in [
+            (
+                json!({"id": "g", "name": "n", "policies": ["anti-affinity"]}),
+                "anti-affinity",
+            ),
+            (
+                json!({"id": "g", "name": "n", "policy": "soft-affinity", "rules": {}}),
+                "soft-affinity",
+            ),
+        ] {
+            assert_eq!(parse_server_group(&v).policy, want);
         }
         let v = parse_volume(&json!({"id": "v", "status": "available",
             "metadata": {"cinder.csi.openstack.org/cluster": "u", "n": 1}}));

@@ -104,6 +104,9 @@ pub fn identity_from_occm_values(values: Option<&str>, uuid: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scope {
     pub identity: String,
+    /// The Magnum cluster's uuid: the conductor's own Nova server groups
+    /// are named after it ([`owns_server_group`]).
+    pub cluster_uuid: String,
     /// The cluster's own network (CAPO's `status.network.id`) when CAPO
     /// made it: tells a legacy cluster's load balancers from others'.
     pub own_network: Option<String>,
@@ -158,6 +161,16 @@ pub struct Snapshot {
     pub metadata: BTreeMap<String, String>,
 }
 
+/// A Nova server group (`os-server-groups`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerGroup {
+    pub id: String,
+    pub name: String,
+    /// Its policy (`policy` from microversion 2.64, else the one of
+    /// `policies`).
+    pub policy: String,
+}
+
 /// What the APIs listed in the cluster's project. A service the cloud
 /// does not have (no Octavia, no Cinder in the catalog) lists nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -167,6 +180,7 @@ pub struct Inventory {
     pub security_groups: Vec<SecurityGroup>,
     pub volumes: Vec<Volume>,
     pub snapshots: Vec<Snapshot>,
+    pub server_groups: Vec<ServerGroup>,
 }
 
 /// The kinds the clean-up deletes, in its order.
@@ -177,6 +191,7 @@ pub enum Kind {
     SecurityGroup,
     Snapshot,
     Volume,
+    ServerGroup,
 }
 
 impl Kind {
@@ -187,6 +202,7 @@ impl Kind {
             Kind::SecurityGroup => "security_group",
             Kind::Snapshot => "snapshot",
             Kind::Volume => "volume",
+            Kind::ServerGroup => "server_group",
         }
     }
     fn noun(self) -> &'static str {
@@ -196,6 +212,7 @@ impl Kind {
             Kind::SecurityGroup => "security group",
             Kind::Snapshot => "snapshot",
             Kind::Volume => "volume",
+            Kind::ServerGroup => "server group",
         }
     }
 }
@@ -334,6 +351,19 @@ fn snapshot_deletable(status: &str) -> bool {
     matches!(status, "available" | "error")
 }
 
+/// Whether this conductor made this server group for this cluster
+/// (`server_group_policies`): `magnum-<cluster uuid>-<group>`
+/// (`crate::capi::render::server_group_name`). A uuid's fixed length keeps
+/// another cluster's names from matching; the identity plays no part (a
+/// cluster made before identities has its own uuid too).
+pub fn owns_server_group(scope: &Scope, sg: &ServerGroup) -> bool {
+    !scope.cluster_uuid.is_empty()
+        && sg
+            .name
+            .strip_prefix(&format!("magnum-{}-", scope.cluster_uuid))
+            .is_some_and(|rest| !rest.is_empty())
+}
+
 /// What the clean-up does next for `scope`, given what the APIs listed.
 /// Floating IPs first (their load balancer's VIP port holds them), then
 /// load balancers (cascade: listeners, pools, members go with them), OCCM's
@@ -448,6 +478,18 @@ pub fn plan(scope: &Scope, inv: &Inventory) -> Plan {
             p.delete.push(item);
         }
     }
+    // The server groups last: their machines are gone (CAPI deletes the
+    // OpenStackCluster only after every Machine).
+    for sg in &inv.server_groups {
+        if owns_server_group(scope, sg) {
+            p.delete.push(Item {
+                kind: Kind::ServerGroup,
+                id: sg.id.clone(),
+                label: sg.name.clone(),
+                status: String::new(),
+            });
+        }
+    }
     p
 }
 
@@ -500,6 +542,7 @@ mod tests {
     fn scope(id: &str) -> Scope {
         Scope {
             identity: id.into(),
+            cluster_uuid: A.into(),
             own_network: Some("net-a".into()),
             volumes: VolumesPolicy::Delete,
         }
@@ -642,6 +685,39 @@ mod tests {
             ..s
         };
         assert!(plan(&shared, &inv).done());
+    }
+
+    #[test]
+    fn server_groups_by_the_clusters_uuid_only() {
+        let sg = |id: &str, name: &str| ServerGroup {
+            id: id.into(),
+            name: name.into(),
+            policy: "soft-anti-affinity".into(),
+        };
+        let other = "7c2e1d4f-7a6f-4e64-8a5b-3a3b7d2c9f12";
+        let inv = Inventory {
+            server_groups: vec![
+                sg("1", &format!("magnum-{A}-control-plane")),
+                sg("2", &format!("magnum-{A}-default-worker")),
+                sg("3", &format!("magnum-{other}-control-plane")),
+                sg("4", &format!("magnum-{A}-")),
+                sg("5", &format!("{A}-control-plane")),
+                sg("6", "k8s-demo-abc"),
+            ],
+            ..Inventory::default()
+        };
+        // Whatever identity the addons ran with (a legacy one too).
+        for identity in [A, LEGACY_IDENTITY] {
+            let p = plan(&scope(identity), &inv);
+            let ids: Vec<&str> = p.delete.iter().map(|i| i.id.as_str()).collect();
+            assert_eq!(ids, ["1", "2"], "{identity}");
+            assert!(p.delete.iter().all(|i| i.kind == Kind::ServerGroup));
+        }
+        let none = Scope {
+            cluster_uuid: String::new(),
+            ..scope(A)
+        };
+        assert!(plan(&none, &inv).done());
     }
 
     #[test]

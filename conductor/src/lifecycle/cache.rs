@@ -35,16 +35,20 @@ pub enum Role {
     MachineDeployment,
     Machine,
     HelmRelease,
+    /// The EndpointSlices `magnum-capi-proxy` hosts publish for a cluster
+    /// without an API floating IP (they carry the cluster's label).
+    ApiSlice,
 }
 
 impl Role {
-    pub const ALL: [Role; 6] = [
+    pub const ALL: [Role; 7] = [
         Role::Cluster,
         Role::Infra,
         Role::ControlPlane,
         Role::MachineDeployment,
         Role::Machine,
         Role::HelmRelease,
+        Role::ApiSlice,
     ];
 
     fn index(self) -> usize {
@@ -95,12 +99,16 @@ pub fn project(role: Role, mut o: Value) -> Value {
         Value::Object(out)
     };
     match role {
-        // The mapper reads an OpenStackCluster's failure and readiness only.
+        // The mapper reads an OpenStackCluster's failure, readiness and
+        // network only.
         Role::Infra => {
-            let status = keep(
+            let mut status = keep(
                 obj.get("status"),
                 &["ready", "failureMessage", "failureReason", "conditions"],
             );
+            if let Some(id) = obj.get("status").and_then(|s| s.pointer("/network/id")) {
+                status["network"] = serde_json::json!({"id": id});
+            }
             obj.remove("spec");
             obj.insert("status".into(), status);
         }
@@ -126,6 +134,15 @@ pub fn project(role: Role, mut o: Value) -> Value {
                     *n = keep(Some(n), &["name"]);
                 }
             }
+        }
+        // Whether a proxy host is ready to pass connections, and which.
+        Role::ApiSlice => {
+            if let Some(Value::Array(es)) = obj.get_mut("endpoints") {
+                for e in es.iter_mut() {
+                    *e = keep(Some(e), &["addresses", "conditions"]);
+                }
+            }
+            obj.remove("ports");
         }
         Role::Cluster | Role::MachineDeployment => {}
     }
@@ -245,10 +262,10 @@ struct Kind {
     relist: Option<Objects>,
 }
 
-/// The six kinds' objects, indexed by cluster.
+/// The watched kinds' objects, indexed by cluster.
 #[derive(Default)]
 pub struct Cache {
-    kinds: [Kind; 6],
+    kinds: [Kind; 7],
 }
 
 /// Sizes, for the metrics.
@@ -311,6 +328,7 @@ impl Cache {
             machine_deployments: items(Role::MachineDeployment),
             machines: items(Role::Machine),
             helm_releases: items(Role::HelmRelease),
+            api_slices: items(Role::ApiSlice),
         }
     }
 
@@ -548,6 +566,13 @@ mod tests {
         let hrp = json!({"metadata": meta("k-cni", json!({})),
             "spec": {"releaseName": "cni-calico", "values": "x".repeat(5000), "chartName": "tigera-operator"},
             "status": {"status": "deployed", "conditions": [cond("Ready", "True")]}});
+        let slice = json!({"metadata": meta("k-apiserver-h1", json!({"labels": {
+                CLUSTER_NAME_LABEL: "k",
+                "endpointslice.kubernetes.io/managed-by": common::api_proxy::MANAGED_BY}})),
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["192.0.2.1"], "conditions": {"ready": true, "serving": true},
+                           "nodeName": "h1"}],
+            "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]});
         let full = Observed {
             cluster: Some(cluster.clone()),
             infra: Some(infra.clone()),
@@ -558,6 +583,7 @@ mod tests {
                 machine("k-md-1", false, "10.0.0.4"),
             ],
             helm_releases: vec![hrp.clone()],
+            api_slices: vec![slice.clone()],
         };
         let mut c = Cache::default();
         c.apply(Role::Cluster, cluster);
@@ -568,6 +594,7 @@ mod tests {
             c.apply(Role::Machine, m.clone());
         }
         c.apply(Role::HelmRelease, hrp);
+        c.apply(Role::ApiSlice, slice);
         let cached = c.observed(NS, "k");
         let targets = Targets {
             control_plane: GroupTarget {
@@ -581,6 +608,7 @@ mod tests {
                 version: "v1.30.4".into(),
                 ..GroupTarget::default()
             }],
+            proxied: true,
         };
         let clock = Clock {
             elapsed_min: 3,

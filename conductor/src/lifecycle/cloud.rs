@@ -298,6 +298,7 @@ impl Engine {
                 .filter(|i| !i.is_empty())
                 .unwrap_or(&uuid)
                 .to_string(),
+            cluster_uuid: uuid.clone(),
             own_network,
             volumes,
         };
@@ -377,6 +378,72 @@ impl Engine {
         }
         crate::failpoint::hit("cleanup.after_delete_requests").await;
         wait(identity::waiting_reason(&plan, &errors))
+    }
+
+    /// `server_group_policies`: the Nova server groups of the control plane
+    /// and of every worker group of `input`, made with the cluster's own
+    /// credential before the machine templates naming them are applied
+    /// (CAPO finds them by name when it makes a machine). Deleted by the
+    /// clean-up with the cluster ([`identity::owns_server_group`]).
+    pub(in crate::lifecycle) async fn ensure_server_groups(
+        &self,
+        input: &crate::capi::render::ClusterInput,
+    ) -> Result<(), StepError> {
+        use crate::capi::render::server_group_name;
+        let Some(policy) = &input.labels.infra.server_group_policy else {
+            return Ok(());
+        };
+        if input.adopted.is_some() {
+            return Ok(());
+        }
+        if !self.0.capi.cloud_cleanup {
+            return Err(StepError::Invalid(
+                "label server_group_policies needs [capi] cloud_cleanup = true: its Nova \
+                 server groups are deleted by the cluster's clean-up"
+                    .into(),
+            ));
+        }
+        let failed = |e: String| {
+            StepError::Invalid(format!(
+                "cannot make the cluster's Nova server groups (server_group_policies): {e}"
+            ))
+        };
+        let Some(cred) = self
+            .0
+            .credentials
+            .cloud_credential(&self.0.client, &input.namespace, &input.stack_id)
+            .await?
+        else {
+            return Err(failed("the cluster has no credentials Secret".into()));
+        };
+        let session = self
+            .0
+            .cloud
+            .session(&cred)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let names = std::iter::once(server_group_name(&input.cluster_uuid, None)).chain(
+            input
+                .workers
+                .iter()
+                .map(|g| server_group_name(&input.cluster_uuid, Some(&g.key))),
+        );
+        for name in names {
+            let g = self
+                .0
+                .cloud
+                .ensure_server_group(&session, &name, policy)
+                .await
+                .map_err(|e| failed(e.to_string()))?;
+            if &g.policy != policy {
+                // Nova's groups keep their policy: a template change does
+                // not move running machines to another group.
+                tracing::warn!(cluster = %input.cluster_uuid, group = %name, have = %g.policy, want = %policy,
+                    "server group keeps its policy; a new one needs a new node group");
+            }
+            tracing::debug!(cluster = %input.cluster_uuid, group = %name, id = %g.id, "server group");
+        }
+        Ok(())
     }
 
     /// Look at this cluster again in `after` (a clean-up waiting on

@@ -384,7 +384,7 @@ impl Engine {
         ngs: &[MagnumObject],
         batch: Option<&Batch>,
     ) -> Result<(Desired, String), StepError> {
-        let (input, network_driver) = rows::cluster_input(
+        let (mut input, network_driver) = rows::cluster_input(
             self.0.line,
             &self.0.capi.namespace_prefix,
             cluster,
@@ -392,6 +392,7 @@ impl Engine {
             ngs,
         )
         .map_err(StepError::Invalid)?;
+        input.api_proxy = uses_api_proxy(self.0.capi.api_proxy, &input);
         Ok((
             plan::desired(input, ngs, &self.observed(cluster), batch),
             network_driver,
@@ -441,6 +442,8 @@ impl Engine {
             self.apply_topology(&cluster, &desired, &ngs).await?;
             return Ok(desired);
         }
+        // A node group made since (or a server group deleted by hand).
+        self.ensure_server_groups(&desired.input).await?;
         let objects = self.render_parts(&desired.input, &parts);
         self.apply_owned(&desired.input, objects, None).await?;
         Ok(desired)
@@ -617,6 +620,13 @@ fn owner_refs(api_version: &str, stored: &DynamicObject) -> Result<Value, StepEr
         )));
     };
     Ok(json!([{"apiVersion": api_version, "kind": "Cluster", "name": name, "uid": uid}]))
+}
+
+/// Whether a cluster asks for `magnum-capi-proxy` (pure): the proxy is on
+/// (`[capi] api_proxy`) and its API has no floating IP
+/// ([`ClusterInput::proxied`] also leaves adopted control planes out).
+pub fn uses_api_proxy(enabled: bool, input: &ClusterInput) -> bool {
+    enabled && !input.labels.api_lb_floating_ip
 }
 
 #[cfg(test)]

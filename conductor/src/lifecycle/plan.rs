@@ -197,6 +197,7 @@ pub fn desired(
             deleting: false,
         },
         workers: Vec::new(),
+        proxied: input.proxied(),
     };
     for ng in ngs.iter().filter(|n| n.get_str("role") != Some("master")) {
         let key = rows::group_key(ng);
@@ -546,6 +547,35 @@ pub fn check_upgrade(
         }
     }
     Ok(target)
+}
+
+/// Vertical resize by template (pure): the flavor `field` (`flavor_id` of a
+/// worker group or of the cluster, `master_flavor_id` of the control plane)
+/// after an upgrade from `current` to `new`. What still has the current
+/// template's flavor follows the new template's; a flavor given at cluster or
+/// node-group create (not the template's) stays. `None`: unchanged. Every
+/// machine of a group whose flavor changes is replaced (its machine template
+/// is hash-named: a new name rolls the group).
+pub fn flavor_after_upgrade(
+    has: Option<&str>,
+    field: &str,
+    current: &MagnumObject,
+    new: &MagnumObject,
+) -> Option<String> {
+    fn of<'a>(t: &'a MagnumObject, field: &str) -> Option<&'a str> {
+        t.get_str(field).filter(|s| !s.is_empty())
+    }
+    let (old, next) = (of(current, field)?, of(new, field)?);
+    (has == Some(old) && next != old).then(|| next.to_string())
+}
+
+/// The node-group field [`flavor_after_upgrade`] reads for `ng`'s role.
+pub fn template_flavor_field(ng: &MagnumObject) -> &'static str {
+    if ng.get_str("role") == Some("master") {
+        "master_flavor_id"
+    } else {
+        "flavor_id"
+    }
 }
 
 /// The group's Machines named by `nodes_to_remove` (Machine name, node

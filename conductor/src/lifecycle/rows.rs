@@ -174,6 +174,37 @@ pub fn label_warnings(cluster: &MagnumObject, template: &MagnumObject) -> Vec<St
         .unwrap_or_default()
 }
 
+/// What a complete cluster's `status_reason` says about its labels: those
+/// ignored (unknown, or with no meaning here), so the user sees them, not
+/// only the conductor's log. None when every label was honoured.
+pub fn label_note(cluster: &MagnumObject, template: &MagnumObject) -> Option<String> {
+    let w = label_warnings(cluster, template);
+    (!w.is_empty()).then(|| format!("complete; {}", w.join("; ")))
+}
+
+/// The labels no list of [`labels`] names (`[capi] unknown_labels =
+/// error` refuses a create that has any).
+pub fn unknown_labels(cluster: &MagnumObject) -> Vec<String> {
+    dict(cluster.get("labels"))
+        .into_keys()
+        .filter(|k| {
+            crate::capi::label_table::treatment(k) == crate::capi::label_table::Treatment::Unknown
+        })
+        .collect()
+}
+
+/// The create's refusal of `unknown` labels under `[capi] unknown_labels`
+/// (`warn`: none).
+pub fn unknown_label_refusal(mode: &str, unknown: &[String]) -> Option<String> {
+    (mode == "error" && !unknown.is_empty()).then(|| {
+        format!(
+            "label(s) {} not known to this conductor ([capi] unknown_labels = error); \
+             docs/labels.md lists the labels it reads",
+            unknown.join(", ")
+        )
+    })
+}
+
 /// Distributions whose images boot with Ignition: kubeadm bootstrap data
 /// for them needs `format: ignition`, which this conductor does not render.
 pub const IGNITION_DISTROS: &[&str] = &["flatcar", "fedora-coreos", "coreos"];
@@ -304,6 +335,35 @@ pub fn autoscale_bounds(
 /// Rendering input from the rows. Errors are the `status_reason` of a
 /// failed operation: they name the field or label that cannot be honoured.
 /// Nodegroups being deleted are left out.
+/// Whether the cluster's API gets a floating IP (pure), as Magnum's
+/// labels document it: with an API load balancer (`master_lb_enabled`),
+/// the label `master_lb_floating_ip_enabled`, which defaults to the
+/// cluster's `floating_ip_enabled` (`--floating-ip-disabled`); without
+/// one the label does not apply and the API is a control-plane machine,
+/// whose floating IP `floating_ip_enabled` decides. CAPO has no endpoint
+/// for a cluster with neither a load balancer nor a floating IP
+/// (`reconcileControlPlaneEndpoint`: "unable to determine control plane
+/// endpoint"): refused here rather than stuck there.
+pub fn api_floating_ip(
+    master_lb_enabled: bool,
+    floating_ip_enabled: bool,
+    label: Option<bool>,
+) -> Result<bool, String> {
+    if master_lb_enabled {
+        return Ok(label.unwrap_or(floating_ip_enabled));
+    }
+    if !floating_ip_enabled {
+        return Err(
+            "a cluster without an API load balancer (master_lb_enabled false) needs a \
+                    floating IP for its API: create it with --master-lb-enabled (its API then \
+                    follows the label master_lb_floating_ip_enabled, reached through \
+                    magnum-capi-proxy when false) or without --floating-ip-disabled"
+                .into(),
+        );
+    }
+    Ok(true)
+}
+
 pub fn cluster_input(
     line: CapiLine,
     namespace_prefix: &str,
@@ -335,10 +395,25 @@ pub fn cluster_input(
         // Its ClusterClass provides what they ask for; nothing is rendered.
         label_map = labels::without_refused(label_map);
     }
-    let (labels, warnings) =
+    let (mut labels, warnings) =
         labels::parse(&label_map, &network_driver).map_err(|e| e.to_string())?;
     for w in warnings {
         tracing::debug!(cluster = %uuid, "{w}");
+    }
+    labels.api_lb_floating_ip = api_floating_ip(
+        cluster.get_bool("master_lb_enabled").unwrap_or(false),
+        cluster.get_bool("floating_ip_enabled").unwrap_or(true),
+        label_map
+            .contains_key("master_lb_floating_ip_enabled")
+            .then_some(labels.api_lb_floating_ip),
+    )?;
+    if let Some(fip) = labels.infra.api_floating_ip
+        && !labels.api_lb_floating_ip
+    {
+        return Err(format!(
+            "label api_server_floating_ip={fip} asks for a floating IP on the API, which this \
+             cluster has none of (floating_ip_enabled false, or master_lb_floating_ip_enabled false)"
+        ));
     }
     let master = nodegroups
         .iter()
@@ -451,6 +526,8 @@ pub fn cluster_input(
         fixed_subnet: opt(cluster, "fixed_subnet").or_else(|| opt(template, "fixed_subnet")),
         dns_nameservers: dns,
         master_lb_enabled: cluster.get_bool("master_lb_enabled").unwrap_or(false),
+        // Set from `[capi] api_proxy` by the engine.
+        api_proxy: false,
         workers,
         adopted: topology_run.then(|| render::Adopted {
             topology: true,
@@ -463,6 +540,37 @@ pub fn cluster_input(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unknown_labels_are_refused_only_when_the_operator_says_so() {
+        let c = obj(
+            &ovo::CLUSTER,
+            json!({"labels": {"kube_tag": "v1.30.4", "npd_enabled": "true", "frobnicate": "1"}}),
+        );
+        // Known-ignored (Heat-era) labels are not unknown.
+        assert_eq!(unknown_labels(&c), ["frobnicate"]);
+        assert_eq!(unknown_label_refusal("warn", &unknown_labels(&c)), None);
+        let r = unknown_label_refusal("error", &unknown_labels(&c)).unwrap();
+        assert!(r.starts_with("label(s) frobnicate not known"), "{r}");
+        assert_eq!(unknown_label_refusal("error", &[]), None);
+    }
+
+    #[test]
+    fn the_apis_floating_ip_follows_magnums_labels() {
+        // With a load balancer: the label, else floating_ip_enabled.
+        assert_eq!(api_floating_ip(true, true, None), Ok(true));
+        assert_eq!(api_floating_ip(true, false, None), Ok(false));
+        assert_eq!(api_floating_ip(true, false, Some(true)), Ok(true));
+        assert_eq!(api_floating_ip(true, true, Some(false)), Ok(false));
+        // Without one: the label does not apply; no floating IP at all is
+        // refused with what to do.
+        assert_eq!(api_floating_ip(false, true, Some(false)), Ok(true));
+        let e = api_floating_ip(false, false, None).unwrap_err();
+        assert!(
+            e.contains("--master-lb-enabled") && e.contains("floating-ip-disabled"),
+            "{e}"
+        );
+    }
 
     fn obj(class: &'static ovo::ClassSpec, v: Value) -> MagnumObject {
         let mut o = MagnumObject::new(class);

@@ -102,7 +102,7 @@ pub fn changes(
             out.cluster.push(("status", json!(view.status)));
         }
         let reason = if view.status.ends_with("_COMPLETE") {
-            Value::Null
+            json!(view.note)
         } else {
             json!(view.status_reason)
         };
@@ -209,6 +209,7 @@ mod tests {
             health_status: "HEALTHY".into(),
             health_status_reason: BTreeMap::from([("api".to_string(), "ok".to_string())]),
             progress: 0,
+            note: None,
         }
     }
 
@@ -280,6 +281,13 @@ mod tests {
             done.cluster.iter().all(|(f, _)| *f != "status_reason"),
             "already NULL"
         );
+        // Labels that were ignored are said on completion.
+        let mut noted = view("CREATE_COMPLETE");
+        noted.note = Some(
+            "complete; label npd_enabled has no effect on Cluster API clusters; ignored".into(),
+        );
+        let ch = changes(&c, &ngs, &noted, true, &[]);
+        assert!(ch.cluster.contains(&("status_reason", json!(noted.note))));
         assert!(
             done.nodegroups
                 .iter()

@@ -101,7 +101,7 @@ impl KickQueue {
 }
 
 /// The watched kinds for a CAPI line: (role, apiVersion, kind, plural).
-fn kinds(line: CapiLine) -> [(Role, &'static str, &'static str, &'static str); 6] {
+fn kinds(line: CapiLine) -> [(Role, &'static str, &'static str, &'static str); 7] {
     let (capi, kcp) = match line {
         CapiLine::V1beta1 => (
             "cluster.x-k8s.io/v1beta1",
@@ -138,6 +138,12 @@ fn kinds(line: CapiLine) -> [(Role, &'static str, &'static str, &'static str); 6
             "addons.cluster.x-k8s.io/v1alpha1",
             "HelmReleaseProxy",
             "helmreleaseproxies",
+        ),
+        (
+            Role::ApiSlice,
+            "discovery.k8s.io/v1",
+            "EndpointSlice",
+            "endpointslices",
         ),
     ]
 }

@@ -1,13 +1,13 @@
 //! Real Kubernetes control planes for tests, the demo and benchmarks (I/O):
-//! `../shared/k8s/up.sh DIR --crds LINE` (etcd, kube-apiserver and
-//! kube-controller-manager v1.28.7 with the line's CRDs), stopped with
-//! `down.sh`; and an apiserver restart, for the faults only a real one
+//! `scripts/k8s-up.sh DIR --crds LINE` (etcd, kube-apiserver and
+//! kube-controller-manager v1.28.7 with the line's CRDs, from
+//! `scripts/fetch-artifacts.sh`), stopped with `scripts/k8s-down.sh`; and an apiserver restart, for the faults only a real one
 //! gives (every watch cut, resumed watches answered 410 Gone: the new
 //! apiserver's watch cache starts at the current revision).
 //!
 //! [`shared`]: one control plane per line per test process, started on
 //! first use, with CAPI's admission webhooks registered, and stopped when
-//! the process exits (a watcher process runs `down.sh` then).
+//! the process exits (a watcher process runs `k8s-down.sh` then).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -18,14 +18,12 @@ use std::time::Duration;
 
 use crate::kinds::Line;
 
-/// `../shared/k8s` (or `$SHARED_K8S`).
-pub fn shared_k8s() -> PathBuf {
-    std::env::var_os("SHARED_K8S")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/k8s"))
+/// The project's `scripts/` (`k8s-up.sh`, `k8s-down.sh`).
+pub fn scripts() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts")
 }
 
-/// One control plane started by `up.sh` in `dir`.
+/// One control plane started by `k8s-up.sh` in `dir`.
 #[derive(Debug, Clone)]
 pub struct ControlPlane {
     pub dir: PathBuf,
@@ -50,12 +48,12 @@ impl ControlPlane {
     pub fn up(dir: &Path, line: Line) -> io::Result<ControlPlane> {
         std::fs::create_dir_all(dir)?;
         run(
-            Command::new(shared_k8s().join("up.sh"))
+            Command::new(scripts().join("k8s-up.sh"))
                 .arg(dir)
                 .arg("--crds")
                 .arg(line.crds_flag())
                 .stdin(Stdio::null()),
-            "../shared/k8s/up.sh",
+            "scripts/k8s-up.sh",
         )?;
         Ok(ControlPlane {
             dir: dir.to_path_buf(),
@@ -67,7 +65,7 @@ impl ControlPlane {
         self.dir.join("kubeconfig")
     }
 
-    /// What `up.sh` wrote to `DIR/env` (ports, pids).
+    /// What `k8s-up.sh` wrote to `DIR/env` (ports, pids).
     pub fn env(&self) -> BTreeMap<String, String> {
         std::fs::read_to_string(self.dir.join("env"))
             .unwrap_or_default()
@@ -86,9 +84,9 @@ impl ControlPlane {
         Ok(kube::Client::try_from(config)?)
     }
 
-    /// Stop it (`down.sh`).
+    /// Stop it (`k8s-down.sh`).
     pub fn down(&self) {
-        let _ = Command::new(shared_k8s().join("down.sh"))
+        let _ = Command::new(scripts().join("k8s-down.sh"))
             .arg(&self.dir)
             .stdin(Stdio::null())
             .output();
@@ -194,11 +192,11 @@ impl ControlPlane {
     }
 
     /// Stop this control plane when process `pid` exits (a detached watcher
-    /// runs `down.sh` and removes the directory).
+    /// runs `k8s-down.sh` and removes the directory).
     pub fn reap_when_gone(&self, pid: u32) -> io::Result<()> {
         let script = format!(
             "while kill -0 {pid} 2>/dev/null; do sleep 1; done; '{}' '{}' >/dev/null 2>&1; rm -rf '{}'",
-            shared_k8s().join("down.sh").display(),
+            scripts().join("k8s-down.sh").display(),
             self.dir.display(),
             self.dir.display()
         );

@@ -2,7 +2,7 @@
 //! against a **real** kube-apiserver, for tests, the demo and benchmarks.
 //! The apiserver (admission, validation, server-side apply, watches,
 //! finalizers, garbage collection) is never imitated: it is the one from
-//! `../shared/k8s` ([`controlplane`]). What only a simulation can give is
+//! `scripts/k8s-up.sh` ([`controlplane`]). What only a simulation can give is
 //! the CAPI 1.10/1.14, CAPO 0.12/0.14 and CAAPH 0.4/0.6 controllers'
 //! behaviour, each cited to the upstream source in [`controllers`].
 //!
@@ -34,6 +34,7 @@ pub mod kinds;
 pub mod obj;
 pub mod proxy;
 pub mod runtime;
+pub mod tenant;
 pub mod tls;
 pub mod webhooks;
 pub mod workload;

@@ -2,7 +2,7 @@
 //!
 //! Runs the simulated CAPI/CAPO/CAAPH controllers and CAPI's admission
 //! webhooks against the real apiserver of KUBECONFIG (a control plane from
-//! `../shared/k8s/up.sh`), optionally a fault-injecting proxy in front of it
+//! `scripts/k8s-up.sh`), optionally a fault-injecting proxy in front of it
 //! (`--proxy-kubeconfig OUT`: the kubeconfig for the proxy's clients), and
 //! the simulator's control endpoint. `--ready-file F` receives the control
 //! URL once everything is up. SIGTERM/SIGINT: the webhooks are unregistered
@@ -53,10 +53,16 @@ struct Args {
     control: SocketAddr,
     /// Run a real kube-apiserver for each workload cluster once its
     /// `<cluster>-ca` Secret exists, and publish its address as the
-    /// control-plane endpoint (needs the `env` file `../shared/k8s/up.sh`
+    /// control-plane endpoint (needs the `env` file `scripts/k8s-up.sh`
     /// wrote beside the kubeconfig).
     #[arg(long)]
     workload_apiservers: bool,
+    /// With --workload-apiservers: a cluster whose OpenStackCluster has
+    /// `disableAPIServerFloatingIP` gets its apiserver inside its tenant
+    /// network's namespaces (`qdhcp-<network>`; root), reached by CAPI's
+    /// controllers through its kubeconfig Secret (magnum-capi-proxy).
+    #[arg(long)]
+    workload_netns: bool,
     /// Make each cluster's network, router and API load balancer in the
     /// real OpenStack the identityRef's clouds.yaml names, as CAPO does,
     /// and (with --workload-apiservers) play OCCM and Cinder CSI in each
@@ -92,8 +98,10 @@ async fn run(args: Args) -> Result<(), String> {
         Some(w)
     };
     let workloads = if args.workload_apiservers {
-        let settings = capi_sim::workload::Settings::beside(&args.kubeconfig)
+        let mut settings = capi_sim::workload::Settings::beside(&args.kubeconfig)
             .map_err(|x| format!("--workload-apiservers: {x}"))?;
+        settings.line = args.line;
+        settings.netns = args.workload_netns;
         Some(capi_sim::workload::Workloads::start(
             client.clone(),
             settings,

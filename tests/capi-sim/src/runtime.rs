@@ -363,7 +363,24 @@ impl Controllers {
             }
             if let Some(w) = &self.0.opts.workloads {
                 match kind {
-                    Kind::OpenStackCluster => ctx.endpoints = Some(w.endpoints()),
+                    Kind::OpenStackCluster => {
+                        if w.netns()
+                            && let Some(cluster) = crate::controllers::openstack::cluster_name(&obj)
+                        {
+                            let placement = crate::controllers::openstack::placement(
+                                &obj,
+                                ctx.infra
+                                    .as_ref()
+                                    .map(|i| i.get(&(ns.to_string(), cluster.clone()))),
+                            );
+                            // Not known yet (the cloud is still making the
+                            // network): decided on a later pass.
+                            if let Some(p) = placement {
+                                w.place(&(ns.to_string(), cluster), p);
+                            }
+                        }
+                        ctx.endpoints = Some(w.endpoints());
+                    }
                     Kind::Machine => {
                         let cluster = obj
                             .pointer("/spec/clusterName")

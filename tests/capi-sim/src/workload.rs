@@ -31,6 +31,27 @@
 //!   (`internal/controllers/machine/machine_controller.go`,
 //!   `reconcileDelete` -> `deleteNode`).
 //!
+//! - its serving certificate also names the KubeadmControlPlane's
+//!   `clusterConfiguration.apiServer.certSANs`, as kubeadm adds them to
+//!   the apiserver certificate (`cmd/kubeadm/app/util/pkiutil/pki_helpers.go`,
+//!   `GetAPIServerAltNames`: "add cluster level alt names from the config").
+//!
+//! With `--workload-netns` ([`crate::tenant`]), a cluster whose
+//! OpenStackCluster has `disableAPIServerFloatingIP` has its apiserver
+//! inside its tenant network instead: listening only on the API's address
+//! in a namespace reached from `qdhcp-<network>`, as a VM behind a network
+//! host. Then CAPI's controllers reach it the way CAPI's do, through the
+//! `<cluster>-kubeconfig` Secret (the ClusterCache, `controllers/clustercache`,
+//! `cluster_accessor.go`, builds its client from that Secret): a server
+//! name ending in `.svc` is resolved as the management cluster's DNS and
+//! kube-proxy would, to a ready endpoint of that Service's EndpointSlices
+//! (`magnum-capi-proxy`'s), with the name as the TLS server name. The
+//! Machine controller sets a `nodeRef` only to a Node it sees through that
+//! client (`machine_controller_noderef.go` gets it from the ClusterCache;
+//! unreachable: "cluster is not reachable", requeued). The kubelets
+//! register their Nodes from inside the network (capi-sim's own path: a
+//! loopback port forwarded into the namespace).
+//!
 //! Simplified: the apiserver listens on 127.0.0.1 with a free port, keeps
 //! its objects in the management cluster's etcd under a prefix of its own
 //! (`/capi-sim-workload/<namespace>/<cluster>`), has no kubelets (the Nodes
@@ -52,7 +73,9 @@ use kube::runtime::watcher::{self, Event};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 
+use crate::kinds::{Kind, Line};
 use crate::obj::{CP_LABEL, deleting};
+use crate::tenant::{self, Placement, TenantNet};
 
 /// The label CAPI (and Magnum's drivers) put on a cluster's Secrets.
 const CLUSTER_LABEL: &str = "cluster.x-k8s.io/cluster-name";
@@ -127,42 +150,40 @@ fn node_object(n: &NodeSpec) -> (Value, Value) {
 /// How to start them.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// The `kube-apiserver` binary (`../shared/k8s` unpacks it into
-    /// `$K8S_CACHE`).
+    /// The `kube-apiserver` binary the management cluster runs.
     pub binary: PathBuf,
     /// The management cluster's etcd, e.g. `http://127.0.0.1:2379`.
     pub etcd: String,
     /// State (certificates, logs), one directory per cluster.
     pub dir: PathBuf,
+    /// The management cluster's line (where its KubeadmControlPlanes are).
+    pub line: Line,
+    /// Clusters without an API floating IP run inside their tenant network
+    /// ([`crate::tenant`]; root).
+    pub netns: bool,
 }
 
 impl Settings {
-    /// From the control-plane directory `../shared/k8s/up.sh` made (its
-    /// `env` file names the etcd port) and `$K8S_CACHE`.
+    /// From the control-plane directory `scripts/k8s-up.sh` made (its
+    /// `env` file names the etcd port and the binaries' folder).
     pub fn beside(kubeconfig: &Path) -> Result<Settings, String> {
         let dir = kubeconfig
             .parent()
             .ok_or_else(|| format!("{}: no directory", kubeconfig.display()))?;
-        let env = std::fs::read_to_string(dir.join("env")).map_err(|e| {
-            format!(
-                "{}/env (written by ../shared/k8s/up.sh): {e}",
-                dir.display()
-            )
-        })?;
+        let env = std::fs::read_to_string(dir.join("env"))
+            .map_err(|e| format!("{}/env (written by scripts/k8s-up.sh): {e}", dir.display()))?;
         let port = env
             .lines()
             .find_map(|l| l.strip_prefix("ETCD_PORT="))
             .ok_or_else(|| format!("{}/env has no ETCD_PORT", dir.display()))?;
-        let cache = std::env::var_os("K8S_CACHE")
-            .map(PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/shared-k8s"))
-            })
-            .ok_or("neither K8S_CACHE nor HOME is set")?;
-        let binary = cache.join("kube-apiserver");
+        let bin_dir = env
+            .lines()
+            .find_map(|l| l.strip_prefix("K8S_BIN_DIR="))
+            .ok_or_else(|| format!("{}/env has no K8S_BIN_DIR", dir.display()))?;
+        let binary = PathBuf::from(bin_dir.trim()).join("kube-apiserver");
         if !binary.exists() {
             return Err(format!(
-                "{}: missing (../shared/k8s/up.sh unpacks it)",
+                "{}: missing (scripts/fetch-artifacts.sh provides it)",
                 binary.display()
             ));
         }
@@ -170,6 +191,8 @@ impl Settings {
             binary,
             etcd: format!("http://127.0.0.1:{}", port.trim()),
             dir: dir.join("workload"),
+            line: Line::V1beta1,
+            netns: false,
         })
     }
 }
@@ -184,8 +207,23 @@ struct Running {
     kubeconfig: Option<PathBuf>,
     /// The Nodes written to it.
     nodes: BTreeSet<NodeSpec>,
+    /// Inside its tenant network ([`crate::tenant`]).
+    netns: bool,
     /// Dropping it kills the apiserver (`kill_on_drop`).
     _child: Option<tokio::process::Child>,
+    /// Forwarders and the ClusterCache probe, aborted with it.
+    tasks: Vec<Abort>,
+    /// Its namespaces (deleted last, once the apiserver is gone).
+    _net: Option<TenantNet>,
+}
+
+/// A task aborted when dropped.
+struct Abort(tokio::task::JoinHandle<()>);
+
+impl Drop for Abort {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 struct Inner {
@@ -200,6 +238,15 @@ struct Inner {
     wanted: Mutex<BTreeMap<ClusterKey, BTreeSet<NodeSpec>>>,
     nodes_changed: Notify,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The management cluster.
+    client: kube::Client,
+    /// Where each cluster's API is: in its tenant network, or None (on
+    /// the host), as the OpenStackCluster says ([`Workloads::place`]).
+    decisions: Mutex<BTreeMap<ClusterKey, Option<Placement>>>,
+    decided: Notify,
+    /// The Nodes CAPI's controllers see through each tenant-network
+    /// cluster's kubeconfig Secret (its ClusterCache).
+    reachable: Mutex<BTreeMap<ClusterKey, BTreeSet<String>>>,
 }
 
 /// The workload apiservers, running. Clones share them.
@@ -248,6 +295,10 @@ impl Workloads {
             wanted: Mutex::new(BTreeMap::new()),
             nodes_changed: Notify::new(),
             tasks: Mutex::new(Vec::new()),
+            client: client.clone(),
+            decisions: Mutex::new(BTreeMap::new()),
+            decided: Notify::new(),
+            reachable: Mutex::new(BTreeMap::new()),
         }));
         let (me, me2) = (w.clone(), w.clone());
         *lock(&w.0.tasks) = vec![
@@ -311,13 +362,55 @@ impl Workloads {
             .collect()
     }
 
-    /// The names of the Nodes registered in cluster `key`'s apiserver, if it
-    /// is ready.
+    /// The names of the Nodes CAPI's Machine controller finds in cluster
+    /// `key`, if its apiserver is ready: those registered there; for a
+    /// cluster in its tenant network, those seen through its kubeconfig
+    /// Secret (none while that path does not answer).
     pub fn registered(&self, key: &ClusterKey) -> Option<BTreeSet<String>> {
-        lock(&self.0.running)
-            .get(key)
-            .filter(|r| r.client.is_some())
-            .map(|r| r.nodes.iter().map(|n| n.name.clone()).collect())
+        let running = lock(&self.0.running);
+        let r = running.get(key)?;
+        if r.netns {
+            return Some(
+                lock(&self.0.reachable)
+                    .get(key)
+                    .cloned()
+                    .unwrap_or_default(),
+            );
+        }
+        r.client
+            .is_some()
+            .then(|| r.nodes.iter().map(|n| n.name.clone()).collect())
+    }
+
+    /// Whether `--workload-netns` is on.
+    pub fn netns(&self) -> bool {
+        self.0.settings.netns
+    }
+
+    /// Where cluster `key`'s API is, as its OpenStackCluster says (the
+    /// controllers call this on each pass over it): in its tenant network,
+    /// or on the host. An apiserver starts once this is known.
+    pub fn place(&self, key: &ClusterKey, placement: Option<Placement>) {
+        let mut d = lock(&self.0.decisions);
+        if d.get(key) != Some(&placement) {
+            d.insert(key.clone(), placement);
+            drop(d);
+            self.0.decided.notify_waiters();
+        }
+    }
+
+    /// The placement of `key` once decided (None when the cluster went).
+    async fn decision(&self, key: &ClusterKey) -> Option<Option<Placement>> {
+        loop {
+            let notified = self.0.decided.notified();
+            if let Some(d) = lock(&self.0.decisions).get(key) {
+                return Some(d.clone());
+            }
+            if !lock(&self.0.running).contains_key(key) {
+                return None;
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(1), notified).await;
+        }
     }
 
     /// The Nodes of the ready apiservers, by cluster (tests).
@@ -400,10 +493,17 @@ impl Workloads {
                     }
                 }
                 Ok(Event::Delete(s)) => {
-                    if let Some(key) = ca_of(&s)
-                        && lock(&self.0.running).remove(&key).is_some()
-                    {
+                    let gone = ca_of(&s).and_then(|key| {
+                        let r = lock(&self.0.running).remove(&key);
+                        r.map(|r| (key, r))
+                    });
+                    if let Some((key, running)) = gone {
+                        // Dropped off the async workers: removing namespaces
+                        // runs `ip`.
+                        tokio::task::spawn_blocking(move || drop(running));
                         lock(&self.0.wanted).remove(&key);
+                        lock(&self.0.decisions).remove(&key);
+                        lock(&self.0.reachable).remove(&key);
                         tracing::info!(ns = key.0, cluster = key.1, "workload apiserver stopped");
                     }
                 }
@@ -433,7 +533,10 @@ impl Workloads {
                     client: None,
                     kubeconfig: None,
                     nodes: BTreeSet::new(),
+                    netns: false,
                     _child: None,
+                    tasks: Vec::new(),
+                    _net: None,
                 },
             );
         }
@@ -454,6 +557,15 @@ impl Workloads {
 
     async fn launch(&self, key: &ClusterKey, ca_crt: &[u8], ca_key: &[u8]) -> Result<(), String> {
         let s = &self.0.settings;
+        // Where it runs: known once its OpenStackCluster was looked at.
+        let placement = if s.netns {
+            match self.decision(key).await {
+                Some(p) => p,
+                None => return Ok(()), // the cluster went
+            }
+        } else {
+            None
+        };
         let dir = s.dir.join(format!("{}--{}", key.0, key.1));
         let dir_s = dir.display().to_string();
         let io = |what: &str| {
@@ -466,14 +578,74 @@ impl Workloads {
             .map_err(io("ca.crt"))?;
         write_private(&dir.join("ca.key"), ca_key).map_err(io("ca.key"))?;
         // What kubeadm's certs phase signs with the cluster CA: the
-        // apiserver's serving certificate; and capi-sim's own client
+        // apiserver's serving certificate (its own names, the API's address
+        // and the control plane's certSANs); and capi-sim's own client
         // certificate (system:masters) to register the Nodes.
+        let mut sans = vec![
+            "DNS:localhost".to_string(),
+            "DNS:kubernetes".into(),
+            "DNS:kubernetes.default".into(),
+            "DNS:kubernetes.default.svc".into(),
+            "IP:127.0.0.1".into(),
+            "IP:10.96.0.1".into(),
+        ];
+        if let Some(p) = &placement {
+            sans.push(format!("IP:{}", p.vip));
+        }
+        let ApiServerSpec {
+            cert_sans,
+            extra_args,
+            files,
+            volumes,
+        } = self.control_plane_api_server(key).await;
+        // The control-plane host: the KubeadmControlPlane's files, and the
+        // host side of the apiServer's extra volumes.
+        let host = dir.join("host");
+        for f in &files {
+            let path = under(&host, &f.path);
+            if let Some(parent) = path.parent() {
+                tokio::fs::create_dir_all(parent)
+                    .await
+                    .map_err(io(&format!("host{}", f.path)))?;
+            }
+            write_private(&path, f.content.as_bytes()).map_err(io(&format!("host{}", f.path)))?;
+        }
+        for (host_dir, _) in &volumes {
+            tokio::fs::create_dir_all(under(&host, host_dir))
+                .await
+                .map_err(io(&format!("host{host_dir}")))?;
+        }
+        // kubeadm's default `authorization-mode` (Node,RBAC) unless the
+        // control plane's extraArgs replace it (`getAPIServerCommand`
+        // overrides a default by name; the flag is a list: given twice, the
+        // real apiserver would add both).
+        let authorization_mode = extra_args
+            .iter()
+            .find(|(k, _)| k == "authorization-mode")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| "Node,RBAC".to_string());
+        let extra_args: Vec<(String, String)> = extra_args
+            .into_iter()
+            .filter(|(k, _)| k != "authorization-mode")
+            .map(|(k, v)| {
+                let v = in_pod(&v, &volumes, &host).unwrap_or(v);
+                (k, v)
+            })
+            .collect();
+        for extra in cert_sans {
+            sans.push(match extra.parse::<std::net::IpAddr>() {
+                Ok(_) => format!("IP:{extra}"),
+                Err(_) => format!("DNS:{extra}"),
+            });
+        }
         leaf_certificate(
             &dir,
             "apiserver",
             "/CN=kube-apiserver",
-            "extendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,DNS:kubernetes,\
-             DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:127.0.0.1,IP:10.96.0.1\n",
+            &format!(
+                "extendedKeyUsage=serverAuth\nsubjectAltName={}\n",
+                sans.join(",")
+            ),
         )
         .await?;
         leaf_certificate(
@@ -485,16 +657,47 @@ impl Workloads {
         .await?;
         openssl(&dir, &["genrsa", "-out", "sa.key", "2048"]).await?;
         openssl(&dir, &["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"]).await?;
-        let port = free_port().map_err(|e| format!("a free port: {e}"))?;
+        let mut tasks = Vec::new();
+        // On the host: a free loopback port; in the tenant network: the
+        // API's address, with the management etcd forwarded into it.
+        let (net, bind, port, etcd) = match &placement {
+            Some(p) => {
+                let key2 = key.clone();
+                let p2 = p.clone();
+                let net = tokio::task::spawn_blocking(move || TenantNet::create(&key2, &p2))
+                    .await
+                    .map_err(|e| e.to_string())??;
+                let etcd_addr: std::net::SocketAddr = s
+                    .etcd
+                    .trim_start_matches("http://")
+                    .parse()
+                    .map_err(|e| format!("{}: {e}", s.etcd))?;
+                let fwd = tenant::forward_into_ns(&net.vm_path(), 2379, etcd_addr)
+                    .map_err(|e| format!("etcd into {}: {e}", net.vm))?;
+                tasks.push(Abort(fwd));
+                (
+                    Some(net),
+                    p.vip.to_string(),
+                    6443,
+                    "http://127.0.0.1:2379".to_string(),
+                )
+            }
+            None => (
+                None,
+                "127.0.0.1".to_string(),
+                free_port().map_err(|e| format!("a free port: {e}"))?,
+                s.etcd.clone(),
+            ),
+        };
         let log = std::fs::File::create(dir.join("kube-apiserver.log"))
             .map_err(io("kube-apiserver.log"))?;
         let p = |f: &str| dir.join(f).display().to_string();
         let mut cmd = tokio::process::Command::new(&s.binary);
         cmd.args([
-            "--bind-address=127.0.0.1".to_string(),
-            "--advertise-address=127.0.0.1".to_string(),
+            format!("--bind-address={bind}"),
+            format!("--advertise-address={bind}"),
             format!("--secure-port={port}"),
-            format!("--etcd-servers={}", s.etcd),
+            format!("--etcd-servers={etcd}"),
             format!("--etcd-prefix={ETCD_PREFIX}/{}/{}", key.0, key.1),
             format!("--tls-cert-file={}", p("apiserver.crt")),
             format!("--tls-private-key-file={}", p("apiserver.key")),
@@ -502,30 +705,65 @@ impl Workloads {
             format!("--service-account-key-file={}", p("sa.pub")),
             format!("--service-account-signing-key-file={}", p("sa.key")),
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_string(),
-            "--authorization-mode=Node,RBAC".to_string(),
+            format!("--authorization-mode={authorization_mode}"),
             "--service-cluster-ip-range=10.96.0.0/12".to_string(),
             "--endpoint-reconciler-type=none".to_string(),
             "--profiling=false".to_string(),
             "--v=1".to_string(),
         ])
+        // The control plane's apiServer extraArgs, as kubeadm puts them on
+        // the static pod's command line (`cmd/kubeadm/app/phases/controlplane/manifests.go`,
+        // `getAPIServerCommand`: extra arguments override the defaults):
+        // the real apiserver refuses what it does not accept.
+        .args(extra_args.iter().map(|(k, v)| format!("--{k}={v}")))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(log))
         .kill_on_drop(true);
-        // SAFETY: prctl(2) between fork and exec touches no memory of the
-        // parent; it makes the kernel kill the apiserver if capi-sim dies
-        // without running its destructors. The spawning thread is a runtime
-        // worker, which lives as long as the process.
+        let ns_file = match &net {
+            Some(n) => {
+                Some(std::fs::File::open(n.vm_path()).map_err(|e| format!("{}: {e}", n.vm))?)
+            }
+            None => None,
+        };
+        let ns_fd = ns_file.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+        // SAFETY: prctl(2) and setns(2) between fork and exec touch no
+        // memory of the parent; the first makes the kernel kill the
+        // apiserver if capi-sim dies without running its destructors (the
+        // spawning thread is a runtime worker, which lives as long as the
+        // process), the second puts it in its tenant network (the
+        // descriptor stays open until after the spawn).
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if let Some(fd) = ns_fd
+                    && libc::setns(fd, libc::CLONE_NEWNET) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
                 Ok(())
             });
         }
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("{}: {e}", s.binary.display()))?;
-        let url = format!("https://127.0.0.1:{port}");
+        drop(ns_file);
+        // capi-sim's own way in (the kubelets'): direct, or a loopback port
+        // forwarded into the namespace.
+        let local = match &net {
+            Some(n) => {
+                let target = std::net::SocketAddr::new(
+                    bind.parse().map_err(|e| format!("{bind}: {e}"))?,
+                    port,
+                );
+                let (local, fwd) = tenant::forward_out_of_ns(&n.vm_path(), target)
+                    .map_err(|e| format!("into {}: {e}", n.vm))?;
+                tasks.push(Abort(fwd));
+                local
+            }
+            None => port,
+        };
+        let url = format!("https://127.0.0.1:{local}");
         let kubeconfig = dir.join("kubeconfig");
         tokio::fs::write(
             &kubeconfig,
@@ -543,22 +781,310 @@ impl Workloads {
         .map_err(io("kubeconfig"))?;
         let client = admin_client(&kubeconfig).await?;
         let ready = wait_ready(&client, &mut child).await;
+        if net.is_some() {
+            let me = self.clone();
+            let k = key.clone();
+            tasks.push(Abort(tokio::spawn(
+                async move { me.cluster_cache(k).await },
+            )));
+        }
         let mut running = lock(&self.0.running);
         let Some(slot) = running.get_mut(key) else {
-            // The cluster went while it started: `child` is dropped (killed).
+            // The cluster went while it started: `child` is dropped (killed),
+            // then the namespaces.
+            drop(running);
+            tokio::task::spawn_blocking(move || drop((child, tasks, net)));
             return Ok(());
         };
-        ready.map_err(|e| format!("{e}; see {dir_s}/kube-apiserver.log"))?;
-        tracing::info!(ns = key.0, cluster = key.1, %url, "workload apiserver ready");
-        slot.endpoint = Some(("127.0.0.1".to_string(), port));
+        if let Err(e) = ready {
+            drop(running);
+            tokio::task::spawn_blocking(move || drop((child, tasks, net)));
+            return Err(format!("{e}; see {dir_s}/kube-apiserver.log"));
+        }
+        tracing::info!(ns = key.0, cluster = key.1, %url, netns = net.is_some(), "workload apiserver ready");
+        slot.endpoint = Some((bind.clone(), port));
         slot.client = Some(client);
         slot.kubeconfig = Some(kubeconfig);
+        slot.netns = net.is_some();
         slot._child = Some(child);
+        slot.tasks = tasks;
+        slot._net = net;
         drop(running);
         let _ = self.0.ready_tx.send(key.clone());
         self.0.nodes_changed.notify_one();
         Ok(())
     }
+
+    /// The control plane's `certSANs`, apiServer `extraArgs` and
+    /// `extraVolumes`, and its `files` (KubeadmControlPlane of the cluster;
+    /// waited for up to 30 s, as kubeadm runs only once it exists). Flags
+    /// capi-sim sets itself (addresses, ports, files, etcd) and
+    /// `cloud-provider` (the kubelet's and the controller manager's
+    /// concern) are left out.
+    async fn control_plane_api_server(&self, key: &ClusterKey) -> ApiServerSpec {
+        let (g, v, kind, plural) = Kind::KubeadmControlPlane.gvk(self.0.settings.line);
+        let ar = kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk(g, v, kind),
+            plural,
+        );
+        let api: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(self.0.client.clone(), &key.0, &ar);
+        let lp = kube::api::ListParams::default().labels(&format!("{CLUSTER_LABEL}={}", key.1));
+        for _ in 0..60 {
+            if let Ok(list) = api.list(&lp).await
+                && let Some(kcp) = list.items.first()
+            {
+                return api_server_spec(
+                    kcp.data
+                        .pointer("/spec/kubeadmConfigSpec")
+                        .unwrap_or(&Value::Null),
+                );
+            }
+            if !lock(&self.0.running).contains_key(key) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        ApiServerSpec::default()
+    }
+
+    /// CAPI's ClusterCache for a cluster in its tenant network: every
+    /// second, the Nodes seen through its `<cluster>-kubeconfig` Secret.
+    async fn cluster_cache(&self, key: ClusterKey) {
+        let mut last: Option<BTreeSet<String>> = None;
+        loop {
+            let seen = match nodes_through_kubeconfig(&self.0.client, &key).await {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::debug!(
+                        ns = key.0,
+                        cluster = key.1,
+                        "not reachable through its kubeconfig: {e}"
+                    );
+                    BTreeSet::new()
+                }
+            };
+            if last.as_ref() != Some(&seen) {
+                lock(&self.0.reachable).insert(key.clone(), seen.clone());
+                let _ = self.0.ready_tx.send(key.clone());
+                last = Some(seen);
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+/// The Nodes of cluster `key` as CAPI's controllers reach it: its
+/// kubeconfig Secret, a `*.svc` server resolved to a ready endpoint of
+/// that Service's EndpointSlices (what the management cluster's DNS and
+/// kube-proxy do for CAPI's pods), the name kept as TLS server name.
+async fn nodes_through_kubeconfig(
+    mgmt: &kube::Client,
+    key: &ClusterKey,
+) -> Result<BTreeSet<String>, String> {
+    let secrets: Api<Secret> = Api::namespaced(mgmt.clone(), &key.0);
+    let name = format!("{}-kubeconfig", key.1);
+    let secret = secrets
+        .get_opt(&name)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("{name}: none yet"))?;
+    let text = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("value"))
+        .map(|v| String::from_utf8_lossy(&v.0).to_string())
+        .ok_or_else(|| format!("{name}: no value"))?;
+    let kc = kube::config::Kubeconfig::from_yaml(&text).map_err(|e| e.to_string())?;
+    let mut cfg =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| e.to_string())?;
+    let host = cfg.cluster_url.host().unwrap_or_default().to_string();
+    if let Some(service_ns) = host.strip_suffix(".svc") {
+        let (service, ns) = service_ns
+            .split_once('.')
+            .ok_or_else(|| format!("{host}: not <service>.<namespace>.svc"))?;
+        let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+            Api::namespaced(mgmt.clone(), ns);
+        let lp = kube::api::ListParams::default()
+            .labels(&format!("kubernetes.io/service-name={service}"));
+        let list = slices.list(&lp).await.map_err(|e| e.to_string())?;
+        let target = list
+            .items
+            .iter()
+            .flat_map(|s| {
+                let port = s
+                    .ports
+                    .iter()
+                    .flatten()
+                    .find(|p| p.name.as_deref() == Some("https"))
+                    .and_then(|p| p.port);
+                s.endpoints
+                    .iter()
+                    .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+                    .filter_map(move |e| Some((e.addresses.first()?.clone(), port?)))
+            })
+            .next()
+            .ok_or_else(|| format!("Service {ns}/{service} has no ready endpoint"))?;
+        cfg.cluster_url = format!("https://{}:{}", target.0, target.1)
+            .parse()
+            .map_err(|e| format!("{target:?}: {e}"))?;
+        cfg.tls_server_name = Some(host.clone());
+    }
+    cfg.connect_timeout = Some(Duration::from_secs(2));
+    cfg.read_timeout = Some(Duration::from_secs(5));
+    let client = kube::Client::try_from(cfg).map_err(|e| e.to_string())?;
+    let nodes: Api<Node> = Api::all(client);
+    let list = nodes
+        .list(&Default::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect())
+}
+
+/// What of a KubeadmControlPlane's `kubeadmConfigSpec` the workload
+/// kube-apiserver is started with.
+#[derive(Debug, Default, PartialEq)]
+pub struct ApiServerSpec {
+    pub cert_sans: Vec<String>,
+    pub extra_args: Vec<(String, String)>,
+    /// `files`: written on the host before kubeadm runs.
+    pub files: Vec<HostFile>,
+    /// apiServer `extraVolumes`: (hostPath, mountPath).
+    pub volumes: Vec<(String, String)>,
+}
+
+#[derive(Debug, PartialEq)]
+pub struct HostFile {
+    pub path: String,
+    pub content: String,
+}
+
+/// Read from `kubeadmConfigSpec` (either line's shape). Files are written
+/// by cloud-init's `write_files` from the bootstrap data CABPK renders
+/// (`bootstrap/kubeadm/internal/cloudinit/cloudinit.go`, the `files`
+/// template); a file with an `encoding` or `contentFrom` is not one this
+/// conductor writes, and is skipped (its flag then names a missing file, as
+/// on a host whose file was not written).
+pub fn api_server_spec(spec: &Value) -> ApiServerSpec {
+    let api = spec
+        .pointer("/clusterConfiguration/apiServer")
+        .unwrap_or(&Value::Null);
+    let strings = |v: Option<&Value>| -> Vec<String> {
+        v.and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let files = spec["files"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|f| f.get("encoding").is_none() && f.get("contentFrom").is_none())
+                .filter_map(|f| {
+                    Some(HostFile {
+                        path: f["path"].as_str()?.to_string(),
+                        content: f["content"].as_str().unwrap_or_default().to_string(),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let volumes = api["extraVolumes"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| {
+                    Some((
+                        v["hostPath"].as_str()?.to_string(),
+                        v["mountPath"].as_str()?.to_string(),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    ApiServerSpec {
+        cert_sans: strings(api.get("certSANs")),
+        extra_args: extra_args(api.get("extraArgs").unwrap_or(&Value::Null)),
+        files,
+        volumes,
+    }
+}
+
+/// `path` (absolute) inside `root`.
+fn under(root: &Path, path: &str) -> PathBuf {
+    root.join(path.trim_start_matches('/'))
+}
+
+/// A flag's value as the static pod sees it, on capi-sim's host: a path
+/// under an extra volume's `mountPath` is that volume's `hostPath` (kubeadm
+/// mounts each as a hostPath volume at its mountPath:
+/// `cmd/kubeadm/app/phases/controlplane/volumes.go`,
+/// `getHostPathVolumesForTheControlPlane`), under `root`. The longest
+/// mount wins; `None`: not a path in a volume (left as it is: the real
+/// static pod would not see a host file either).
+pub fn in_pod(value: &str, volumes: &[(String, String)], root: &Path) -> Option<String> {
+    let (host, mount) = volumes
+        .iter()
+        .filter(|(_, m)| {
+            let m = m.trim_end_matches('/');
+            value == m || value.starts_with(&format!("{m}/"))
+        })
+        .max_by_key(|(_, m)| m.len())?;
+    let rest = &value[mount.trim_end_matches('/').len()..];
+    Some(format!(
+        "{}{rest}",
+        under(root, host.trim_end_matches('/')).display()
+    ))
+}
+
+/// kubeadm `extraArgs` in either line's shape (v1beta1 a map, v1beta2 a
+/// list of {name, value}), without the flags capi-sim sets itself.
+pub fn extra_args(v: &Value) -> Vec<(String, String)> {
+    const OWN: &[&str] = &[
+        "bind-address",
+        "advertise-address",
+        "secure-port",
+        "etcd-servers",
+        "etcd-prefix",
+        "tls-cert-file",
+        "tls-private-key-file",
+        "client-ca-file",
+        "service-account-key-file",
+        "service-account-signing-key-file",
+        "service-account-issuer",
+        "service-cluster-ip-range",
+        "endpoint-reconciler-type",
+        "cloud-provider",
+    ];
+    let pairs: Vec<(String, String)> = match v {
+        Value::Object(m) => m
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+            .collect(),
+        Value::Array(a) => a
+            .iter()
+            .filter_map(|e| {
+                Some((
+                    e.get("name")?.as_str()?.to_string(),
+                    e.get("value")?.as_str()?.to_string(),
+                ))
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    pairs
+        .into_iter()
+        .filter(|(k, _)| !OWN.contains(&k.as_str()))
+        .collect()
 }
 
 fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
@@ -781,6 +1307,77 @@ mod tests {
                 .get("kubernetes.io/hostname")
                 .is_none()
         );
+    }
+
+    #[test]
+    fn files_and_volumes_land_on_the_host_and_flags_follow_the_mounts() {
+        let spec = json!({"files": [
+                {"path": "/etc/kubernetes/audit-policy/p.yaml", "content": "kind: Policy\n"},
+                {"path": "/etc/x", "encoding": "base64", "content": "eA=="}],
+            "clusterConfiguration": {"apiServer": {
+                "certSANs": ["a.example"],
+                "extraArgs": {"audit-policy-file": "/etc/kubernetes/audit-policy/p.yaml",
+                              "audit-log-path": "/var/log/audit/a.log", "v": "2"},
+                "extraVolumes": [
+                    {"name": "p", "hostPath": "/etc/kubernetes/audit-policy", "mountPath": "/etc/kubernetes/audit-policy"},
+                    {"name": "l", "hostPath": "/var/log/kubernetes/audit", "mountPath": "/var/log/audit"}]}}});
+        let got = api_server_spec(&spec);
+        assert_eq!(got.cert_sans, ["a.example"]);
+        assert_eq!(
+            got.files,
+            [HostFile {
+                path: "/etc/kubernetes/audit-policy/p.yaml".into(),
+                content: "kind: Policy\n".into()
+            }]
+        );
+        let root = Path::new("/sim/host");
+        let args: BTreeMap<String, String> = got
+            .extra_args
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    in_pod(v, &got.volumes, root).unwrap_or(v.clone()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            args["audit-policy-file"],
+            "/sim/host/etc/kubernetes/audit-policy/p.yaml"
+        );
+        assert_eq!(
+            args["audit-log-path"],
+            "/sim/host/var/log/kubernetes/audit/a.log"
+        );
+        assert_eq!(args["v"], "2");
+        // A prefix that is not a directory of the mount is not in it.
+        assert_eq!(in_pod("/var/log/auditx/a", &got.volumes, root), None);
+        assert_eq!(api_server_spec(&Value::Null), ApiServerSpec::default());
+    }
+
+    #[test]
+    fn extra_args_of_either_line_without_capi_sims_own() {
+        let v1 = json!({"cloud-provider": "external", "tls-cipher-suites": "TLS_AES_128_GCM_SHA256",
+                        "secure-port": "1"});
+        // The authorization mode is the control plane's to set (kubeadm's
+        // default is only a default).
+        let mode = json!([{"name": "authorization-mode", "value": "Node,RBAC,Webhook"}]);
+        assert_eq!(
+            extra_args(&mode),
+            [(
+                "authorization-mode".to_string(),
+                "Node,RBAC,Webhook".to_string()
+            )]
+        );
+        let v2 = json!([{"name": "cloud-provider", "value": "external"},
+                        {"name": "tls-cipher-suites", "value": "TLS_AES_128_GCM_SHA256"}]);
+        let want = vec![(
+            "tls-cipher-suites".to_string(),
+            "TLS_AES_128_GCM_SHA256".to_string(),
+        )];
+        assert_eq!(extra_args(&v1), want);
+        assert_eq!(extra_args(&v2), want);
+        assert!(extra_args(&Value::Null).is_empty());
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! - the KubeadmControlPlane webhook refuses a minor-version skip.
 //!
 //! The webhooks are CAPI's as served by `capi_sim::admission` and called by
-//! the real apiserver (`../shared/k8s`), with its server-side apply.
+//! the real apiserver (`scripts/k8s-up.sh`), with its server-side apply.
 
 mod support;
 

@@ -7,7 +7,7 @@
 //! (cluster-api v1.10 `cluster_controller.go` `reconcileDelete`), and what
 //! the Cluster owned is garbage-collected by the real controller manager.
 //!
-//! The apiserver is the real one (`../shared/k8s`): every controller write
+//! The apiserver is the real one (`scripts/k8s-up.sh`): every controller write
 //! below passed its validation, or the test fails on `controller errors`.
 
 use std::sync::{Arc, Mutex};

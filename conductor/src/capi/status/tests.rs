@@ -57,6 +57,7 @@ fn observed(v2: bool, ready: bool) -> Observed {
         helm_releases: vec![
             json!({"spec": {"releaseName": "cni-calico"}, "status": {"status": if ready { "deployed" } else { "pending-install" }}}),
         ],
+        api_slices: Vec::new(),
     }
 }
 
@@ -76,6 +77,7 @@ fn targets() -> Targets {
             template: Some("w-tpl".into()),
             ..GroupTarget::default()
         }],
+        proxied: false,
     }
 }
 
@@ -128,6 +130,55 @@ fn create_progress_and_completion_on_both_shapes() {
         assert_eq!(done.health_status, "HEALTHY");
         assert_eq!(done.health_status_reason["api"], "ok");
     }
+}
+
+#[test]
+fn a_proxied_cluster_no_proxy_host_reaches_says_so() {
+    let mut t = targets();
+    t.proxied = true;
+    let mut o = observed(false, false);
+    o.cluster.as_mut().unwrap()["metadata"]["name"] = json!("k1-abc");
+    o.infra = Some(json!({"status": {"ready": true, "network": {"id": "net-1"}}}));
+    let v = map(Operation::Create, &o, &t, clock(3));
+    let why = v.status_reason.unwrap_or_default();
+    assert!(
+        why.contains("no magnum-capi-proxy host reaches network net-1")
+            && why.contains("k1-abc-apiserver"),
+        "{why}"
+    );
+    // A host that withdrew (not ready) is no path either.
+    let slice = |ready: bool| {
+        json!({"metadata": {"name": "k1-abc-apiserver-net1", "labels": {
+                   "endpointslice.kubernetes.io/managed-by": common::api_proxy::MANAGED_BY}},
+               "endpoints": [{"addresses": ["192.0.2.1"], "conditions": {"ready": ready}}]})
+    };
+    o.api_slices = vec![slice(false)];
+    let why = map(Operation::Create, &o, &t, clock(3))
+        .status_reason
+        .unwrap_or_default();
+    assert!(why.contains("magnum-capi-proxy"), "{why}");
+    // A ready one: the usual reason again.
+    o.api_slices = vec![slice(true)];
+    let why = map(Operation::Create, &o, &t, clock(3))
+        .status_reason
+        .unwrap_or_default();
+    assert!(why.contains("0 of 3 machines ready"), "{why}");
+    // Not proxied, or before CAPO made the network: not this reason.
+    o.api_slices.clear();
+    let why = map(Operation::Create, &o, &targets(), clock(3))
+        .status_reason
+        .unwrap_or_default();
+    assert!(!why.contains("magnum-capi-proxy"), "{why}");
+    o.infra = Some(json!({"status": {"ready": false}}));
+    let why = map(Operation::Create, &o, &t, clock(3))
+        .status_reason
+        .unwrap_or_default();
+    assert!(!why.contains("magnum-capi-proxy"), "{why}");
+    // CAPI reached it (every machine is up): complete, slices or not.
+    let mut done = observed(false, true);
+    done.cluster.as_mut().unwrap()["metadata"]["name"] = json!("k1-abc");
+    let v = map(Operation::Create, &done, &t, clock(9));
+    assert_eq!(v.status, "CREATE_COMPLETE", "{v:?}");
 }
 
 #[test]

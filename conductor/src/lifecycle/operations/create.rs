@@ -253,6 +253,12 @@ impl Engine {
         for w in rows::label_warnings(&cluster, &template) {
             tracing::warn!(cluster = %uuid, "{w}");
         }
+        if let Some(refusal) = rows::unknown_label_refusal(
+            &self.0.capi.unknown_labels,
+            &rows::unknown_labels(&cluster),
+        ) {
+            return Err(StepError::Invalid(refusal));
+        }
         let (desired, network_driver) = self.desired(&cluster, &template, &ngs, None)?;
         let input = desired.input;
         // (e) namespace, credentials, CA secrets, objects.
@@ -286,6 +292,7 @@ impl Engine {
         );
         self.0.applier.apply(&creds.manifest).await?;
         run.recorded();
+        self.ensure_server_groups(&input).await?;
         let mut objects = render::render(&input);
         let identity = self
             .cloud_identity(&input.namespace, &input.stack_id, &input.cluster_uuid)
@@ -312,6 +319,10 @@ impl Engine {
             .map(|s| s.manifest)
             .collect();
         let owner = self.apply_owned(&input, secrets, owner).await?;
+        if input.proxied() {
+            self.proxy_kubeconfig(&cluster, &input, owner.as_ref())
+                .await?;
+        }
         crate::failpoint::hit("create.mid_apply").await;
         let count = rest.len() + 1;
         self.apply_owned(&input, rest, owner).await?;
@@ -354,6 +365,116 @@ impl Engine {
             ck(2),
             ck(3),
         ))
+    }
+
+    /// For a cluster reached through `magnum-capi-proxy`: the kubeconfig
+    /// CAPI's controllers read, naming the proxy ([`common::api_proxy`]),
+    /// written before KCP would write its own with the private endpoint
+    /// (KCP adopts it and keeps its server on rotation). One that exists
+    /// (an earlier run's, another conductor's) is kept, its server set.
+    async fn proxy_kubeconfig(
+        &self,
+        cluster: &MagnumObject,
+        input: &render::ClusterInput,
+        owner: Option<&Value>,
+    ) -> Result<(), StepError> {
+        use common::certs::capi;
+        use k8s_openapi::api::core::v1::Secret;
+        use kube::api::{Api, PostParams};
+        let server = common::api_proxy::server_url(&input.stack_id, &input.namespace);
+        let api: Api<Secret> = Api::namespaced(self.0.client.clone(), &input.namespace);
+        let name = format!("{}-kubeconfig", input.stack_id);
+        if let Some(have) = api.get_opt(&name).await? {
+            return self.point_at_proxy(&api, &have, &server).await;
+        }
+        let db = &self.0.db;
+        let ca = store::get_cert(db, &Scope::admin(), cluster.get_str("ca_cert_ref")).await?;
+        let ca_key = store::private_key(&ca).map_err(|e| StepError::Certificates(e.to_string()))?;
+        let client = common::certs::x509::generate_client(
+            &store::issuer_name(cluster),
+            "kubernetes-admin",
+            "system:masters",
+            &ca_key,
+            &self.0.x509,
+        )
+        .and_then(|c| {
+            let key = common::certs::x509::decrypt_private_key(
+                c.private_key.expose(),
+                Some(c.passphrase.expose()),
+            )?;
+            Ok((c.certificate, key))
+        })
+        .map_err(|e| StepError::Certificates(e.to_string()))?;
+        let labels: BTreeMap<String, String> = [
+            (UUID_LABEL.to_string(), input.cluster_uuid.clone()),
+            (render::PROJECT_LABEL.to_string(), input.project_id.clone()),
+        ]
+        .into_iter()
+        .collect();
+        let mut manifest = capi::kubeconfig_secret(
+            &input.stack_id,
+            &input.namespace,
+            &labels,
+            &server,
+            &ca.certificate,
+            CertAndKey {
+                certificate: &client.0,
+                key: &client.1,
+            },
+        )
+        .manifest;
+        if let Some(plain) = owner.and_then(|o| o.get(0)) {
+            manifest["metadata"]["ownerReferences"] =
+                render::cluster_owner_refs(self.0.line, "Secret", plain);
+        }
+        let secret: Secret = serde_json::from_value(manifest)
+            .map_err(|e| StepError::Invalid(format!("the kubeconfig Secret: {e}")))?;
+        match api.create(&PostParams::default(), &secret).await {
+            Ok(_) => {
+                tracing::info!(cluster = %input.cluster_uuid, %server, "kubeconfig for CAPI written: through magnum-capi-proxy");
+                Ok(())
+            }
+            // Another conductor (or KCP) was first: set its server.
+            Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(&name).await? {
+                Some(have) => self.point_at_proxy(&api, &have, &server).await,
+                None => Err(StepError::Busy {
+                    cluster: input.cluster_uuid.clone(),
+                    why: format!("{name} was created and deleted at once"),
+                }),
+            },
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Set the server of an existing kubeconfig Secret to the proxy's.
+    async fn point_at_proxy(
+        &self,
+        api: &kube::Api<k8s_openapi::api::core::v1::Secret>,
+        have: &k8s_openapi::api::core::v1::Secret,
+        server: &str,
+    ) -> Result<(), StepError> {
+        use common::certs::capi::{kubeconfig_server, with_kubeconfig_server};
+        use kube::api::{Patch, PatchParams};
+        let name = have.metadata.name.clone().unwrap_or_default();
+        let text = have
+            .data
+            .as_ref()
+            .and_then(|d| d.get("value"))
+            .map(|v| String::from_utf8_lossy(&v.0).to_string())
+            .unwrap_or_default();
+        if kubeconfig_server(&text).as_deref() == Some(server) {
+            return Ok(());
+        }
+        let Some(moved) = with_kubeconfig_server(&text, server) else {
+            return Err(StepError::Invalid(format!(
+                "{name}: not a kubeconfig with one cluster; its server cannot be set to {server}"
+            )));
+        };
+        let patch = json!({"data": {"value": common::certs::der::base64(moved.as_bytes())}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        tracing::info!(secret = %name, %server, "kubeconfig for CAPI now points at magnum-capi-proxy");
+        Ok(())
     }
 
     /// Kick the cluster when its `create_timeout` expires (no event may come).

@@ -201,15 +201,17 @@ impl Engine {
 /// The kinds the conductor applies for a cluster besides its CAPI Cluster
 /// and what CAPI deletes with it (control plane, MachineDeployments,
 /// infrastructure): (apiVersion, kind, plural), all carrying our uuid label.
-fn labelled_kinds(line: CapiLine) -> [(&'static str, &'static str, &'static str); 10] {
+fn labelled_kinds(line: CapiLine) -> [(&'static str, &'static str, &'static str); 11] {
     let (capi, _, bootstrap) = line.api_versions();
     let addons = match line {
         CapiLine::V1beta1 => "addons.cluster.x-k8s.io/v1beta1",
         CapiLine::V1beta2 => "addons.cluster.x-k8s.io/v1beta2",
     };
     [
-        // An adopted vexxhost cluster's addons (`adopt` labels them).
+        // An adopted vexxhost cluster's addons (`adopt` labels them) and
+        // the Keystone webhook's set (`capi::keystone_auth`).
         (addons, "ClusterResourceSet", "clusterresourcesets"),
+        ("v1", "ConfigMap", "configmaps"),
         ("v1", "Secret", "secrets"),
         (
             "addons.cluster.x-k8s.io/v1alpha1",

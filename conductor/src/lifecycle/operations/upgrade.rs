@@ -13,6 +13,14 @@
 //!   workers follow later, one `--nodegroup` at a time);
 //! - the cluster's own template and one group: that group catches up.
 //!
+//! **Vertical resize**: a new template with other flavors moves the groups
+//! (and the cluster's `flavor_id`/`master_flavor_id`) that still have the
+//! current template's flavor to the new one; a flavor given at cluster or
+//! node-group create stays. Their machines roll like an upgrade's (new
+//! hash-named machine templates), in the same order and batches. A worker
+//! group catching up later (`--nodegroup`, the cluster's own template)
+//! keeps its flavor: the template it followed is no longer known.
+//!
 //! `max_batch_size` is the workers' rollout: that many new machines at a
 //! time, none removed before its replacement is ready (the control plane
 //! rolls one machine at a time, as KubeadmControlPlane allows).
@@ -172,15 +180,48 @@ impl Engine {
         after
             .set("labels", Value::Object(labels.clone()))
             .map_err(|e| StepError::Invalid(e.to_string()))?;
+        // Vertical resize: a new template's flavors move the groups still on
+        // the current template's (plan::flavor_after_upgrade).
+        let resizes = changes_template && scope != Coverage::OneGroup;
+        let flavor_of = |n: &MagnumObject| {
+            resizes
+                .then(|| {
+                    plan::flavor_after_upgrade(
+                        n.get_str("flavor_id"),
+                        plan::template_flavor_field(n),
+                        &current,
+                        &new,
+                    )
+                })
+                .flatten()
+        };
         let mut after_ngs = ngs.clone();
         for n in &mut after_ngs {
             if participants
                 .iter()
                 .any(|p| p.get_str("uuid") == n.get_str("uuid"))
             {
+                let flavor = flavor_of(n);
                 n.set("version", json!(version))
                     .and_then(|_| n.set("image_id", json!(image)))
+                    .and_then(|_| match flavor {
+                        Some(f) => n.set("flavor_id", json!(f)),
+                        None => Ok(()),
+                    })
                     .map_err(|e| StepError::Invalid(e.to_string()))?;
+            }
+        }
+        let mut cluster_flavors = Vec::new();
+        if resizes {
+            let fields: &[&'static str] = if scope == Coverage::WholeCluster {
+                &["master_flavor_id", "flavor_id"]
+            } else {
+                &["master_flavor_id"]
+            };
+            for f in fields {
+                if let Some(v) = plan::flavor_after_upgrade(row.get_str(f), f, &current, &new) {
+                    cluster_flavors.push((*f, json!(v)));
+                }
             }
         }
         let template_after = if changes_template && scope != Coverage::OneGroup {
@@ -205,15 +246,16 @@ impl Engine {
         });
         for n in &participants {
             let u = n.get_str("uuid").unwrap_or_default();
-            self.save_nodegroup(
-                u,
-                &[
-                    ("version", json!(version)),
-                    ("image_id", json!(image)),
-                    ("status", json!("UPDATE_IN_PROGRESS")),
-                ],
-            )
-            .await?;
+            let mut changes = vec![
+                ("version", json!(version)),
+                ("image_id", json!(image)),
+                ("status", json!("UPDATE_IN_PROGRESS")),
+            ];
+            if let Some(f) = flavor_of(n) {
+                tracing::info!(cluster = %uuid, nodegroup = %u, flavor = %f, "upgrade resizes the group's machines");
+                changes.push(("flavor_id", json!(f)));
+            }
+            self.save_nodegroup(u, &changes).await?;
         }
         crate::failpoint::hit("upgrade.after_nodegroups").await;
         let mut cluster_changes = vec![
@@ -224,6 +266,7 @@ impl Engine {
             cluster_changes.insert(0, ("cluster_template_id", json!(new_id)));
             cluster_changes.insert(1, ("labels", Value::Object(labels)));
         }
+        cluster_changes.extend(cluster_flavors);
         let saved = self.save_cluster(&uuid, &cluster_changes).await?;
         run.recorded();
         self.progress_restart(&uuid);

@@ -466,3 +466,40 @@ fn a_topology_cluster_is_repaired_through_its_topology_only() {
     let d = desired(input, &ngs, &Observed::default(), None);
     assert_eq!(drift(&d, &Observed::default()), []);
 }
+
+#[test]
+fn a_new_templates_flavor_moves_what_followed_the_old_one() {
+    let (_, mut t, ngs) = rows_for(None);
+    t.set("flavor_id", json!("m1.small")).unwrap();
+    t.set("master_flavor_id", json!("m1.medium")).unwrap();
+    let mut new = t.clone();
+    new.set("flavor_id", json!("m1.large")).unwrap();
+    new.set("master_flavor_id", json!("m1.xlarge")).unwrap();
+    let old_worker = t.get_str("flavor_id").unwrap().to_string();
+    let old_master = t.get_str("master_flavor_id").unwrap().to_string();
+    // A group on the template's flavor follows; one with its own stays.
+    assert_eq!(
+        flavor_after_upgrade(Some(&old_worker), "flavor_id", &t, &new).as_deref(),
+        Some("m1.large")
+    );
+    assert_eq!(
+        flavor_after_upgrade(Some(&old_master), "master_flavor_id", &t, &new).as_deref(),
+        Some("m1.xlarge")
+    );
+    assert_eq!(
+        flavor_after_upgrade(Some("m1.gpu"), "flavor_id", &t, &new),
+        None
+    );
+    // The same flavor, or a template without one: nothing rolls for it.
+    assert_eq!(
+        flavor_after_upgrade(Some(&old_worker), "flavor_id", &t, &t),
+        None
+    );
+    new.set("flavor_id", Value::Null).unwrap();
+    assert_eq!(
+        flavor_after_upgrade(Some(&old_worker), "flavor_id", &t, &new),
+        None
+    );
+    let roles: Vec<&str> = ngs.iter().map(template_flavor_field).collect();
+    assert!(roles.contains(&"master_flavor_id") && roles.contains(&"flavor_id"));
+}

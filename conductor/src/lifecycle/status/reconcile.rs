@@ -79,6 +79,7 @@ fn loose_targets(ngs: &[MagnumObject]) -> Targets {
                 ..GroupTarget::default()
             })
             .collect(),
+        proxied: false,
     }
 }
 
@@ -362,16 +363,20 @@ impl Engine {
         }
 
         // What the rows want, and repairs for an update in progress.
-        let desired = match self.template(cluster).await {
-            Ok(t) => match self.desired(cluster, &t, &ngs, None) {
+        let template = match self.template(cluster).await {
+            Ok(t) => Some(t),
+            Err(e) if e.is_transient() => return Err(e.into()),
+            Err(_) => None,
+        };
+        let desired = match &template {
+            Some(t) => match self.desired(cluster, t, &ngs, None) {
                 Ok((d, _)) => Some(d),
                 Err(e) => {
                     tracing::debug!(cluster = %uuid, error = %e, "rows cannot be rendered");
                     None
                 }
             },
-            Err(e) if e.is_transient() => return Err(e.into()),
-            Err(_) => None,
+            None => None,
         };
         // (Without its CAPI Cluster there is nothing to repair into: the
         // update then fails on its timeout, saying so.)
@@ -419,6 +424,7 @@ impl Engine {
         } else {
             first
         };
+        view.note = template.as_ref().and_then(|t| rows::label_note(cluster, t));
         if let Some((reason, timed_out)) = cleanup_waits {
             view.status_reason = Some(reason);
             if timed_out {

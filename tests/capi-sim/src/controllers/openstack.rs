@@ -76,12 +76,19 @@ pub fn reconcile(c: &mut Ctx<'_>, cur: Value) {
                 // Made-up ids, shaped as Neutron's and Octavia's (UUIDs).
                 let uid = meta(&cur, "uid").unwrap_or_default();
                 let id = |what: &str| made_up_uuid(&format!("{uid}/{what}"));
+                // Without a floating IP the load balancer's address is its
+                // VIP in the tenant network (the endpoint).
+                let internal = if no_floating_ip(&cur) {
+                    host.clone()
+                } else {
+                    "10.6.0.10".to_string()
+                };
                 json!({
                     "ready": true,
                     "network": {"id": id("network"), "name": r},
                     "router": {"id": id("router"), "name": r},
                     "apiServerLoadBalancer": {"id": id("loadbalancer"), "name": format!("{r}-kubeapi"),
-                                              "ip": host, "internalIP": "10.6.0.10"},
+                                              "ip": host, "internalIP": internal},
                 })
             }
             Some(Some(Infra::Ready(made))) => {
@@ -110,6 +117,51 @@ pub fn reconcile(c: &mut Ctx<'_>, cur: Value) {
         }
     }
     c.write(Kind::OpenStackCluster, &cur, next);
+}
+
+fn no_floating_ip(o: &Value) -> bool {
+    o.pointer("/spec/disableAPIServerFloatingIP") == Some(&json!(true))
+}
+
+/// Where the cluster's API is, for `--workload-netns`
+/// ([`crate::workload::Workloads::place`]): None while not known yet;
+/// `Some(None)` on the host (it has a floating IP, or no load balancer);
+/// `Some(Some(_))` in its tenant network: the network this reconciler
+/// reports in `status.network.id` and the load balancer's VIP (from the
+/// cloud when there is one, `cloud`; otherwise the made-up network and the
+/// `.10` of the first managed subnet).
+pub fn placement(
+    o: &Value,
+    cloud: Option<Option<&Infra>>,
+) -> Option<Option<crate::tenant::Placement>> {
+    if !no_floating_ip(o) {
+        return Some(None);
+    }
+    if !owned(o) {
+        return None;
+    }
+    match cloud {
+        None => {
+            let uid = meta(o, "uid").unwrap_or_default();
+            let vip = o
+                .pointer("/spec/managedSubnets/0/cidr")
+                .and_then(Value::as_str)
+                .and_then(crate::tenant::vip_of_cidr)
+                .unwrap_or(std::net::Ipv4Addr::new(10, 0, 0, 10));
+            Some(Some(crate::tenant::Placement {
+                network_id: made_up_uuid(&format!("{uid}/network")),
+                vip,
+            }))
+        }
+        Some(Some(Infra::Ready(made))) => Some(match &made.lb {
+            Some((_, _, vip, _)) => vip.parse().ok().map(|vip| crate::tenant::Placement {
+                network_id: made.network.0.clone(),
+                vip,
+            }),
+            None => None,
+        }),
+        Some(_) => None,
+    }
 }
 
 /// A UUID (version 4 shape) that follows from `seed`.

@@ -43,12 +43,33 @@ def _state_dir():
     return os.environ.get("OCTAVIA_TEST_PROVIDER_DIR", "/tmp/octavia-test-provider")
 
 
+_session = []
+
+
+def _token():
+    """A token of Octavia's own service user ([service_auth], as its
+    allowed-address-pairs driver authenticates to Neutron through
+    octavia.common.keystone.KeystoneSession) when
+    OCTAVIA_TEST_PROVIDER_SERVICE_AUTH is set, else None (a Neutron without
+    authentication)."""
+    if not os.environ.get("OCTAVIA_TEST_PROVIDER_SERVICE_AUTH"):
+        return None
+    if not _session:
+        from octavia.common import keystone
+        _session.append(keystone.KeystoneSession().get_session())
+    return _session[0].get_token()
+
+
 def _neutron(method, path, body=None):
-    """A request to the Neutron API (noauth) named by
-    OCTAVIA_TEST_PROVIDER_NEUTRON; its JSON answer (None for 404)."""
+    """A request to the Neutron API named by OCTAVIA_TEST_PROVIDER_NEUTRON,
+    with the service user's token; its JSON answer (None for 404)."""
     url = os.environ["OCTAVIA_TEST_PROVIDER_NEUTRON"] + path
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    token = _token()
+    if token:
+        headers["X-Auth-Token"] = token
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
             raw = r.read()

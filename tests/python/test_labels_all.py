@@ -1,0 +1,264 @@
+"""Every label this conductor implements, at once (issue 32): one template
+through the real magnum-api (23.0.0) with the real Keystone, Nova, Glance
+and Neutron of api_env.shared_cloud, on both CAPI lines.
+
+The cluster reaches CREATE_COMPLETE with nothing ignored in its
+status_reason; the objects the labels render are read back from the real
+apiserver (its validation passed: they are stored); the Nova server groups
+of `server_group_policies` exist in the real Nova with their policy, made
+with the cluster's own application credential; the workload kube-apiserver
+capi-sim starts runs with the flags and files the KubeadmControlPlane holds
+(capi-sim writes the KCP `files` on the control-plane "host" and maps the
+apiServer `extraVolumes`, as kubeadm's static pod mounts them: see
+tests/capi-sim/src/workload.rs, `in_pod`) and writes its audit log there;
+the Keystone webhook's kubeconfig is read by that apiserver, its objects are
+in the ClusterResourceSet CAPI binds to the cluster;
+OCCM's values carry the load balancer labels. Deleting the cluster leaves
+no server group of it in Nova (the clean-up deletes them), and nothing of
+it in the management cluster."""
+import json
+import os
+import time
+
+import pytest
+
+from api_env import ApiEnv, shared_cloud, stop_shared_cloud
+from test_api_proxy import apiserver_flags
+from test_lifecycle_keystone import call, password_token
+
+COMMON = ["--coe", "kubernetes", "--external-network", "public", "--flavor", "m1.small",
+          "--master-flavor", "m1.medium", "--keypair", "mykey", "--master-lb-enabled",
+          "--network-driver", "calico", "--docker-volume-size", "20"]
+LABELS = {
+    "kube_tag": "v1.30.4",
+    "boot_volume_size": "40",
+    "boot_volume_type": "ssd",
+    "boot_volume_availability_zone": "az-volumes",
+    "docker_volume_type": "fast",
+    "availability_zone": "nova",
+    "control_plane_availability_zones": "nova,az-2",
+    "auto_scaling_enabled": "true",
+    "min_node_count": "1",
+    "max_node_count": "3",
+    "auto_healing_enabled": "true",
+    "octavia_provider": "amphora",
+    "octavia_lb_algorithm": "LEAST_CONNECTIONS",
+    "octavia_lb_healthcheck": "false",
+    "api_server_lb_flavor": "ha",
+    "api_server_lb_availability_zone": "az-lb",
+    "master_lb_floating_ip_enabled": "true",
+    "api_server_floating_ip": "203.0.113.7",
+    "api_master_lb_allowed_cidrs": "10.0.0.0/8,192.168.0.0/16",
+    "fixed_subnet_cidr": "10.1.0.0/24",
+    "dns_cluster_domain": "cluster.example",
+    "service_cluster_ip_range": "10.254.0.0/16",
+    "calico_ipv4pool": "10.100.0.0/16",
+    "container_infra_prefix": "registry.example.com/mirror",
+    "volumes_policy": "keep",
+    "api_server_cert_sans": "api.example.com",
+    "api_server_tls_cipher_suites": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "kubelet_tls_cipher_suites": "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "admission_control_list": "AlwaysPullImages",
+    "oidc_issuer_url": "https://issuer.example.com",
+    "oidc_client_id": "kubernetes",
+    "oidc_username_claim": "email",
+    "oidc_username_prefix": "oidc:",
+    "oidc_groups_claim": "groups",
+    "oidc_groups_prefix": "oidc:",
+    "extra_network_names": "storage",
+    "etcd_volume_size": "10",
+    "etcd_volume_type": "nvme",
+    "server_group_policies": "soft-anti-affinity",
+    "different_failure_domain": "true",
+    "audit_log_enabled": "true",
+    "audit_log_max_age": "7",
+    "audit_log_max_backup": "3",
+    "audit_log_max_size": "50",
+    "metrics_server_enabled": "true",
+    "ingress_controller": "nginx",
+    "monitoring_enabled": "true",
+    "keystone_auth_enabled": "true",
+    "k8s_keystone_auth_tag": "v1.31.1",
+}
+INFRA = "infrastructure.cluster.x-k8s.io/v1beta1"
+
+
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory):
+    shared = shared_cloud(tmp_path_factory.mktemp("labels-cloud"))
+    yield shared
+    stop_shared_cloud(shared)
+
+
+@pytest.fixture(scope="module", params=["v1beta2", "v1beta1"])
+def env(request, tmp_path_factory, cloud):
+    e = ApiEnv(tmp_path_factory.mktemp(f"labels-{request.param}"), "23", "console", request.param,
+               workload_apiservers=True, shared=cloud, cloud_cleanup=True)
+    e.line = request.param
+    yield e
+    assert e.close() == 0, "the conductor did not stop cleanly"
+
+
+def args_of(v):
+    """kubeadm extraArgs in either line's shape, as a dict."""
+    if isinstance(v, dict):
+        return v
+    return {a["name"]: a["value"] for a in v}
+
+
+def server_groups(env):
+    """The tenant's server groups, as alice sees them in Nova."""
+    token, _ = password_token(env.ks["url"], "alice", "alice-secret-pw", project_id=env.ks["tenant"])
+    status, _, body = call("GET", f"{env.cloud['nova'].url}/os-server-groups", token)
+    assert status == 200, body
+    return {g["name"]: g for g in body["server_groups"]}
+
+
+def test_every_implemented_label_at_once(env):
+    # Every label the table says this conductor supports, but the one only
+    # `adopt` writes.
+    from_table = set()
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "labels.md")) as f:
+        for line in f:
+            cells = [c.strip() for c in line.split("|")]
+            if len(cells) > 5 and cells[5].startswith("**supported**"):
+                from_table.add(cells[1].strip("`"))
+    # capi-helm's names of two labels here; Cilium's pod range and Hubble
+    # (this template is Calico's; render_valid.rs has Hubble).
+    others = {"etcd_blockdevice_size", "etcd_blockdevice_volume_type", "cilium_ipv4pool",
+              "cilium_hubble_ui_enabled"}
+    assert from_table - others - {"capi_adopted_namespace"} - set(LABELS) == set(), \
+        "a supported label is missing from this test"
+    args = [a for k, v in LABELS.items() for a in ("--labels", f"{k}={v}")]
+    t = env.coe("cluster", "template", "create", "every-label", "--image", "ubuntu-2204-kube-v1.30.4",
+                *COMMON, *args, "-f", "json")
+    assert t["labels"] == LABELS, t["labels"]
+    env.coe("cluster", "create", "all", "--cluster-template", "every-label", "--master-count", "1",
+            "--node-count", "1")
+    c, seen = env.wait("all", lambda c: c and c["status"] != "CREATE_IN_PROGRESS", timeout=300)
+    assert c["status"] == "CREATE_COMPLETE", seen
+    assert "ignored" not in (c["status_reason"] or ""), c["status_reason"]
+    uuid = c["uuid"]
+    ns = f"magnum-{env.ks['tenant']}"
+    [cl] = [x for x in env.sim.items(env.sim.capi, "clusters", ns=ns)
+            if x["metadata"]["labels"].get("magnum.openstack.org/cluster-uuid") == uuid]
+    name = cl["metadata"]["name"]
+    sel = f"cluster.x-k8s.io/cluster-name={name}"
+
+    # The infrastructure: as stored by the real apiserver.
+    osc = env.sim.get(f"/apis/{INFRA}/namespaces/{ns}/openstackclusters/{name}")["spec"]
+    assert osc["apiServerLoadBalancer"]["flavor"] == "ha"
+    assert osc["apiServerLoadBalancer"]["availabilityZone"] == "az-lb"
+    assert osc["apiServerLoadBalancer"]["allowedCIDRs"] == ["10.0.0.0/8", "192.168.0.0/16"]
+    assert osc["apiServerFloatingIP"] == "203.0.113.7"
+    assert osc["controlPlaneAvailabilityZones"] == ["nova", "az-2"]
+    assert osc["managedSubnets"][0]["cidr"] == "10.1.0.0/24"
+    omts = {m["metadata"]["name"]: m["spec"]["template"]["spec"]
+            for m in env.sim.items(INFRA, "openstackmachinetemplates", sel, ns=ns)}
+    cp_name = next(n for n in omts if "control-plane" in n)
+    groups = {"control-plane" if n == cp_name else "default-worker": m for n, m in omts.items()}
+    assert set(groups) == {"control-plane", "default-worker"}, list(omts)
+    for group, m in groups.items():
+        assert m["serverGroup"] == {"filter": {"name": f"magnum-{uuid}-{group}"}}, m
+        assert m["schedulerHintAdditionalProperties"] == [
+            {"name": "different_failure_domain", "value": {"type": "Bool", "bool": True}}]
+        assert m["ports"] == [{}, {"network": {"filter": {"name": "storage"}}}]
+        # `from: Name` is the CRD's default, filled in by the apiserver.
+        assert m["rootVolume"] == {"sizeGiB": 40, "type": "ssd",
+                                   "availabilityZone": {"from": "Name", "name": "az-volumes"}}, m
+    assert [d["name"] for d in groups["control-plane"]["additionalBlockDevices"]] == ["etcd", "containerd"]
+    assert groups["control-plane"]["additionalBlockDevices"][0]["storage"]["volume"]["type"] == "nvme"
+    assert [d["name"] for d in groups["default-worker"]["additionalBlockDevices"]] == ["containerd"]
+    kcp = env.sim.items(f"controlplane.cluster.x-k8s.io/{env.line}", "kubeadmcontrolplanes", sel, ns=ns)[0]
+    spec = kcp["spec"]["kubeadmConfigSpec"]
+    assert ["LABEL=etcd_disk", "/var/lib/etcd"] in spec["mounts"], spec["mounts"]
+    api = spec["clusterConfiguration"]["apiServer"]
+    flags = args_of(api["extraArgs"])
+    assert flags["audit-log-maxage"] == "7" and flags["audit-log-maxbackup"] == "3" \
+        and flags["audit-log-maxsize"] == "50", flags
+    assert spec["files"][0]["path"] == flags["audit-policy-file"]
+    # Keystone: both webhooks configured by the file the KCP writes.
+    assert flags["authorization-mode"] == "Node,RBAC,Webhook", flags
+    hook = flags["authentication-token-webhook-config-file"]
+    assert flags["authorization-webhook-config-file"] == hook
+    assert spec["files"][1]["path"] == hook
+
+    # Nova: the two server groups, made with the cluster's credential in
+    # the cluster's project.
+    sgs = server_groups(env)
+    for group in ("control-plane", "default-worker"):
+        g = sgs[f"magnum-{uuid}-{group}"]
+        assert (g.get("policy") or g["policies"][0]) == "soft-anti-affinity", g
+
+    # The workload kube-apiserver runs with the labels' flags, and writes
+    # its audit log where the KCP's volume puts it on the host.
+    running = apiserver_flags(ns, name)
+    for f in (f"--tls-cipher-suites={LABELS['api_server_tls_cipher_suites']}",
+              "--enable-admission-plugins=NodeRestriction,AlwaysPullImages",
+              "--oidc-issuer-url=https://issuer.example.com", "--oidc-username-claim=email",
+              "--oidc-username-prefix=oidc:", "--oidc-groups-prefix=oidc:",
+              "--audit-log-maxage=7", "--audit-log-maxbackup=3", "--audit-log-maxsize=50"):
+        assert f in running, (f, running)
+    value = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in running if a.startswith("--") and "=" in a}
+    log, policy = value["--audit-log-path"], value["--audit-policy-file"]
+    assert log.endswith("/host/var/log/kubernetes/audit/kube-apiserver-audit.log"), log
+    assert policy.endswith("/host/etc/kubernetes/audit-policy/apiserver-audit-policy.yaml"), policy
+    assert open(policy).read() == spec["files"][0]["content"]
+    # The real kube-apiserver took the webhook flags (it reads both
+    # kubeconfigs at start) and serves: Node,RBAC,Webhook once, not
+    # appended to capi-sim's default.
+    assert running.count("--authorization-mode=Node,RBAC,Webhook") == 1, running
+    assert not any(a.startswith("--authorization-mode=Node,RBAC") and a.endswith("RBAC") for a in running), running
+    hook_file = value["--authentication-token-webhook-config-file"]
+    assert hook_file.endswith("/host/etc/kubernetes/webhooks/webhookconfig.yaml"), hook_file
+    assert value["--authorization-webhook-config-file"] == hook_file
+    assert open(hook_file).read() == spec["files"][1]["content"]
+    # ... and the webhook's workload half: the ClusterResourceSet, its
+    # ConfigMap, and CAPI's binding of it to this cluster.
+    addons_api = f"addons.cluster.x-k8s.io/{env.line}"
+    uuid_sel = f"magnum.openstack.org/cluster-uuid={uuid}"
+    [crs] = env.sim.items(addons_api, "clusterresourcesets", uuid_sel, ns=ns)
+    [cm] = env.sim.items("v1", "configmaps", uuid_sel, ns=ns)
+    assert crs["spec"]["resources"] == [{"kind": "ConfigMap", "name": cm["metadata"]["name"]}], crs
+    docs = [json.loads(d) for d in cm["data"]["keystone-auth.yaml"].split("\n---\n")]
+    [ds] = [d for d in docs if d["kind"] == "DaemonSet"]
+    assert ds["spec"]["template"]["spec"]["containers"][0]["image"] == \
+        "registry.example.com/mirror/provider-os/k8s-keystone-auth:v1.31.1", ds
+    [pol] = [d for d in docs if d["metadata"]["name"] == "k8s-keystone-auth-policy"]
+    assert json.loads(pol["data"]["policies"])[0]["match"][1]["values"] == [env.ks["tenant"]], pol
+    deadline = time.time() + 60
+    while not any(b["clusterResourceSetName"] == crs["metadata"]["name"]
+                  for x in env.sim.items(addons_api, "clusterresourcesetbindings", ns=ns)
+                  if x["metadata"]["name"] == name for b in x["spec"].get("bindings", [])):
+        assert time.time() < deadline, "the ClusterResourceSet was not bound to the cluster"
+        time.sleep(0.5)
+    deadline = time.time() + 60
+    while not (os.path.exists(log) and os.path.getsize(log) > 0):
+        assert time.time() < deadline, f"no audit event in {log}"
+        time.sleep(0.5)
+    event = json.loads(open(log).readline())
+    assert event["kind"] == "Event" and event["apiVersion"] == "audit.k8s.io/v1", event
+
+    # The addons: the labels' own, and CAAPH's releases of them.
+    hcps = {h["spec"]["releaseName"]: h
+            for h in env.sim.items("addons.cluster.x-k8s.io/v1alpha1", "helmchartproxies", sel, ns=ns)}
+    assert set(hcps) == {"cni-calico", "openstack-ccm", "cinder-csi", "metrics-server", "ingress-nginx",
+                         "monitoring"}, list(hcps)
+    assert hcps["monitoring"]["spec"]["chartName"] == "kube-prometheus-stack"
+    releases = env.sim.items("addons.cluster.x-k8s.io/v1alpha1", "helmreleaseproxies", sel, ns=ns)
+    assert {r["spec"]["releaseName"] for r in releases} == set(hcps), releases
+    # OCCM's load balancers: the algorithm and no monitors.
+    occm = hcps["openstack-ccm"]
+    values = occm["spec"]["valuesTemplate"]
+    assert "lb-method=LEAST_CONNECTIONS" in values and "create-monitor=false" in values, values
+
+    # Delete: no server group of the cluster's left in Nova.
+    env.coe("cluster", "delete", "all")
+    _, seen = env.wait("all", lambda c: c is None, timeout=300)
+    left = [n for n in server_groups(env) if uuid in n]
+    assert left == [], left
+    assert env.sim.items(env.sim.capi, "clusters", sel, ns=ns) == []
+    for api, plural in ((addons_api, "clusterresourcesets"), ("v1", "configmaps"), ("v1", "secrets"),
+                        ("addons.cluster.x-k8s.io/v1alpha1", "helmchartproxies"),
+                        (INFRA, "openstackmachinetemplates")):
+        assert env.sim.items(api, plural, uuid_sel, ns=ns) == [], plural
