@@ -162,6 +162,11 @@ make_venv "$CINDER_VENV" "$CINDER_REQS"
 NOVA_GLANCE_VENV="${NOVA_GLANCE_VENV:-$HOME/.cache/magnum-conductor-rs/venv-nova34-glance33}"
 NOVA_GLANCE_REQS="nova==34.0.0 glance==33.0.0 PyMySQL==1.2.4 gunicorn==23.0.0"
 make_venv "$NOVA_GLANCE_VENV" "$NOVA_GLANCE_REQS"
+# Manila's API (the share types of `manila_csi_share_network_id`), of the
+# same release, in a venv of its own.
+MANILA_VENV="${MANILA_VENV:-$HOME/.cache/magnum-conductor-rs/venv-manila-23.0.0}"
+MANILA_REQS="manila==23.0.0 PyMySQL==1.2.4 gunicorn==23.0.0"
+make_venv "$MANILA_VENV" "$MANILA_REQS"
 provider_src="$(cd "$(dirname "$0")/.." && pwd)/tests/openstack/octavia-test-provider"
 provider_sum="$(cd "$provider_src" && find . -name '*.py' -o -name '*.toml' | sort | xargs sha256sum | sha256sum | cut -c1-16)"
 if [ "$(cat "$OS_VENV/.provider" 2>/dev/null)" != "$provider_sum" ]; then
@@ -187,4 +192,4 @@ if [ ! -x /opt/stack/bin/kubectl ]; then
 fi
 install_driver "$API_VENV"
 install_driver "$API22_VENV"
-echo "export MAGNUM_VENV=$VENV MAGNUM22_VENV=$VENV22 KEYSTONE_VENV=$KS_VENV MAGNUM_API_VENV=$API_VENV MAGNUM22_API_VENV=$API22_VENV PROMETHEUS_DIR=$PROM_DIR ANSIBLE_VENV=$ANS_VENV ANSIBLE_LINT_VENV=$LINT_VENV TEMPEST_VENV=$TEMPEST_VENV OPENSTACK_VENV=$OS_VENV CINDER_VENV=$CINDER_VENV NOVA_GLANCE_VENV=$NOVA_GLANCE_VENV K8S_BIN_DIR=$K8S_BIN_DIR CAPI_CRDS_DIR=$CAPI_CRDS_DIR"
+echo "export MAGNUM_VENV=$VENV MAGNUM22_VENV=$VENV22 KEYSTONE_VENV=$KS_VENV MAGNUM_API_VENV=$API_VENV MAGNUM22_API_VENV=$API22_VENV PROMETHEUS_DIR=$PROM_DIR ANSIBLE_VENV=$ANS_VENV ANSIBLE_LINT_VENV=$LINT_VENV TEMPEST_VENV=$TEMPEST_VENV OPENSTACK_VENV=$OS_VENV CINDER_VENV=$CINDER_VENV NOVA_GLANCE_VENV=$NOVA_GLANCE_VENV MANILA_VENV=$MANILA_VENV K8S_BIN_DIR=$K8S_BIN_DIR CAPI_CRDS_DIR=$CAPI_CRDS_DIR"

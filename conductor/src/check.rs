@@ -626,6 +626,8 @@ fn charts(cfg: &Config) -> Line {
         ("metrics-server", &c.metrics_server_chart),
         ("ingress-nginx", &c.ingress_nginx_chart),
         ("monitoring", &c.monitoring_chart),
+        ("manila-csi", &c.manila_csi_chart),
+        ("nfs-csi", &c.nfs_csi_chart),
     ];
     Line::ok(
         "charts",

@@ -900,6 +900,58 @@ async fn addons_are_strict_valid_and_configurable() {
                 panic!("{} {} refused: {e}", d["kind"], d["metadata"]["name"]);
             }
         }
+        // `manila_csi_enabled` with a share network: the two charts, and a
+        // ClusterResourceSet (Reconcile: rotations reach it) of a Secret
+        // holding the credential Secret and a StorageClass per share type.
+        let manila = conductor::capi::infra_labels::Manila {
+            tag: "v1.32.0".into(),
+            share_network_id: Some("0f6a1b2c-3d4e-4b8a-9d3e-5b7c6a526f3e".into()),
+        };
+        let types = ["default".to_string(), "Gold NFS".to_string()];
+        let objs = conductor::capi::manila::render(
+            &with,
+            &manila,
+            &charts,
+            &private_ca,
+            true,
+            &types,
+            &with.cluster_uuid,
+            Some("registry.local:5000/mirror"),
+        );
+        let kinds: Vec<&str> = objs.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "HelmChartProxy",
+                "HelmChartProxy",
+                "Secret",
+                "ClusterResourceSet"
+            ]
+        );
+        assert_eq!(objs[0]["spec"]["chartName"], "csi-driver-nfs");
+        assert_eq!(objs[1]["spec"]["chartName"], "openstack-manila-csi");
+        let values = objs[1]["spec"]["valuesTemplate"].as_str().unwrap();
+        assert!(
+            values.contains("dir: /var/lib/kubelet/plugins/csi-nfsplugin")
+                && values.contains(&format!("clusterID: \"{}\"", with.cluster_uuid))
+                && values.contains(
+                    "repository: registry.local:5000/mirror/provider-os/manila-csi-plugin"
+                ),
+            "{values}"
+        );
+        assert_eq!(objs[2]["type"], "addons.cluster.x-k8s.io/resource-set");
+        assert_eq!(objs[3]["spec"]["strategy"], "Reconcile");
+        assert_eq!(
+            objs[3]["spec"]["resources"],
+            serde_json::json!([{"kind": "Secret", "name": objs[2]["metadata"]["name"]}])
+        );
+        let wl = conductor::capi::manila::workload_manifests(&manila, &private_ca, true, &types);
+        assert_eq!(wl.len(), 3);
+        for o in objs.iter().chain(wl.iter()) {
+            if let Err(e) = dry_run(&client, o).await {
+                panic!("{} {} refused: {e}", o["kind"], o["metadata"]["name"]);
+            }
+        }
         for o in calico.iter().chain(cilium.iter()).chain(more.iter()) {
             if let Err(e) = dry_run(&client, o).await {
                 panic!("{} refused: {e}", o["metadata"]["name"]);

@@ -28,7 +28,7 @@ import time
 import urllib.request
 
 from conftest import (ROOT, Conductor, free_port, new_database, new_vhost, rabbitmqctl, write_conf)
-from openstack_services import Glance, Neutron, Nova
+from openstack_services import Glance, Manila, Neutron, Nova
 from test_lifecycle import Sim
 from test_lifecycle_keystone import KEYSTONE, call, password_token, start_keystone
 
@@ -64,7 +64,7 @@ def keystone_start(tmp):
     magnum = make("user", {"name": "magnum", "domain_id": "default", "password": SERVICE_PW})
     grant(service, magnum, "admin")
     grant(service, magnum, "service")  # keystonemiddleware validates tokens with it
-    for name in ("glance", "nova", "neutron"):  # their keystonemiddleware's users
+    for name in ("glance", "nova", "neutron", "manila"):  # their keystonemiddleware's users
         user = make("user", {"name": name, "domain_id": "default", "password": SERVICE_PW})
         grant(service, user, "admin")
         grant(service, user, "service")
@@ -106,12 +106,17 @@ KEYPAIR = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGfJv3b0Jd6Xb1kVx5l0Xo8wYc7bQm8hX
 _clouds = iter(range(1 << 30))
 
 
-def start_cloud(tmp, ks):
+MANILA_SHARE_TYPES = ("default", "Gold NFS")
+
+
+def start_cloud(tmp, ks, manila=False):
     """Glance, Nova and Neutron registered in `ks`'s catalog, holding what
     the tests' templates name: public images (with `os_distro`, one
     without), the flavors, the external network `public`, and alice's
-    keypair `mykey`."""
+    keypair `mykey`. `manila`: Manila's API too, with the public share
+    types MANILA_SHARE_TYPES an operator made."""
     n = f"{os.getpid()}_{next(_clouds)}"
+    cloud_extra = {}
     for sub in ("neutron", "glance", "nova"):
         (tmp / sub).mkdir()
     url = ks["url"]
@@ -149,20 +154,32 @@ def start_cloud(tmp, ks):
                 "name": name, "vcpus": vcpus, "ram": ram, "disk": disk}}), 200)
         alice, _ = password_token(url, "alice", USER_PW, project_id=ks["tenant"])
         ok(call("POST", f"{nova.url}/os-keypairs", alice, {"keypair": {"name": "mykey", "public_key": KEYPAIR}}), 200)
+        if manila:
+            (tmp / "manila").mkdir()
+            share = Manila(tmp / "manila", f"e2e_manila_{n}", vhost, url, SERVICE_PW)
+            services.append(share)
+            cloud_extra["manila"] = share
+            ks["register"]("sharev2", "manilav2", share.url)
+            for name in MANILA_SHARE_TYPES:
+                ok(call("POST", f"{share.url}/types", admin, {"share_type": {
+                    "name": name, "share_type_access:is_public": True,
+                    "extra_specs": {"driver_handles_share_servers": "false"}}},
+                    {"X-OpenStack-Manila-API-Version": "2.60"}), 200)
     except BaseException:
         for service in services:
             service.stop()
         raise
-    return dict(services=services, neutron=neutron, glance=glance, nova=nova, public=public, vhost=vhost)
+    return dict(services=services, neutron=neutron, glance=glance, nova=nova, public=public, vhost=vhost,
+                **cloud_extra)
 
 
-def shared_cloud(tmp):
-    """Keystone with Glance, Nova and Neutron, for several ApiEnvs in turn
-    (each registers its magnum-api and takes it out of the catalog when it
-    closes): `stop_shared_cloud` ends them."""
+def shared_cloud(tmp, manila=False):
+    """Keystone with Glance, Nova and Neutron (and Manila), for several
+    ApiEnvs in turn (each registers its magnum-api and takes it out of the
+    catalog when it closes): `stop_shared_cloud` ends them."""
     ks = keystone_start(tmp)
     try:
-        return dict(ks=ks, cloud=start_cloud(tmp, ks))
+        return dict(ks=ks, cloud=start_cloud(tmp, ks, manila=manila))
     except BaseException:
         ks["stop"]()
         raise

@@ -22,6 +22,13 @@ catalog by the tests:
   cell0, no scheduler, conductor or compute), each with keystonemiddleware:
   `image` and `compute` (NOVA_GLANCE_VENV).
 
+- Manila's API (MANILA_VENV; `manila.wsgi.api` under gunicorn), scheduler
+  and share service with Manila's own storage-free driver
+  (`manila.tests.share.drivers.dummy.DummyDriver`, shipped in the wheel,
+  the one Manila's API tests run on; no share servers): the share types
+  `manila_csi_share_network_id` reads, the shares the clean-up deletes:
+  `sharev2`.
+
 Each schema is made by the service's own tool once per machine and kept as
 a dump (`database`). Every service validates tokens with keystonemiddleware
 against the suite's Keystone, as its own service user."""
@@ -38,6 +45,8 @@ from conftest import free_port
 CINDER_VENV = os.environ.get("CINDER_VENV", os.path.expanduser("~/.cache/magnum-conductor-rs/venv-cinder-29.0.0"))
 VENV = os.environ.get("OPENSTACK_VENV",
                       os.path.expanduser("~/.cache/magnum-conductor-rs/venv-openstack-neutron29-octavia19"))
+
+MANILA_VENV = os.environ.get("MANILA_VENV", os.path.expanduser("~/.cache/magnum-conductor-rs/venv-manila-23.0.0"))
 
 IMAGE_VENV = os.environ.get("NOVA_GLANCE_VENV",
                             os.path.expanduser("~/.cache/magnum-conductor-rs/venv-nova34-glance33"))
@@ -368,4 +377,48 @@ class Nova:
 
     def stop(self):
         stop([self.proc])
+        drop_databases(self.dbs)
+
+
+class Manila:
+    def __init__(self, d, db_name, vhost, keystone_url, password):
+        """Manila's API (manila==23.0.0, `manila.wsgi.api` under gunicorn)
+        with a fresh database `db_name` made by `manila-manage db sync`,
+        tokens validated by `keystone_url` as the user `manila` (`password`,
+        admin on the project `service`): `sharev2` at `url` (no project in
+        the path: microversion 2.60 and later)."""
+        self.dir = str(d)
+        self.dbs = [db_name]
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v2"
+        conf = os.path.join(self.dir, "manila.conf")
+        with open(conf, "w") as f:
+            f.write(f"[DEFAULT]\nhost = manila-test-host\nlog_file = {self.dir}/manila-api.log\n"
+                    f"state_path = {self.dir}\nauth_strategy = keystone\n"
+                    f"transport_url = rabbit://guest:guest@127.0.0.1:5672/{vhost}\n"
+                    f"api_paste_config = {MANILA_VENV}/etc/manila/api-paste.ini\n"
+                    f"default_share_type = default\nenabled_share_backends = dummy\n"
+                    f"enabled_share_protocols = NFS\n"
+                    f"[dummy]\nshare_driver = manila.tests.share.drivers.dummy.DummyDriver\n"
+                    f"driver_handles_share_servers = false\nshare_backend_name = dummy\n"
+                    f"dummy_driver_default_driver_method_delay = 0\n"
+                    f"dummy_driver_driver_methods_delays = create_share:0,delete_share:0,ensure_share:0,"
+                    f"get_pool:0,do_setup:0\n"
+                    f"[database]\nconnection = mysql+pymysql://root@127.0.0.1:3306/{db_name}\n"
+                    f"[oslo_concurrency]\nlock_path = {self.dir}\n"
+                    + keystone_authtoken(keystone_url, "manila", password))
+        database(db_name, MANILA_VENV, "manila",
+                 lambda: manage(f"{MANILA_VENV}/bin/manila-manage", "--config-file", conf, "db", "sync"))
+        # manila.wsgi.api parses sys.argv for its configuration files.
+        with open(os.path.join(self.dir, "manila_app.py"), "w") as f:
+            f.write(f"import sys\nsys.argv = ['manila-api', '--config-file', {conf!r}]\n"
+                    "from manila.wsgi.api import application  # noqa: E402,F401\n")
+        env = dict(os.environ, PYTHONWARNINGS="ignore")
+        self.procs, _ = start([f"{MANILA_VENV}/bin/{b}" for b in ("manila-scheduler", "manila-share")],
+                              conf, env, self.dir)
+        self.procs.append(gunicorn(MANILA_VENV, "manila_app:application", self.dir, self.port, env,
+                                   f"http://127.0.0.1:{self.port}/", "Manila"))
+
+    def stop(self):
+        stop(self.procs)
         drop_databases(self.dbs)

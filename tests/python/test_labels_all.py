@@ -12,17 +12,21 @@ capi-sim starts runs with the flags and files the KubeadmControlPlane holds
 apiServer `extraVolumes`, as kubeadm's static pod mounts them: see
 tests/capi-sim/src/workload.rs, `in_pod`) and writes its audit log there;
 the Keystone webhook's kubeconfig is read by that apiserver, its objects are
-in the ClusterResourceSet CAPI binds to the cluster;
+in the ClusterResourceSet CAPI binds to the cluster; Manila CSI's
+StorageClasses are one per share type the real Manila API (23.0.0) shows the
+cluster's credential, and the delete deletes the cluster's Manila shares (by
+Manila CSI's metadata) and no other;
 OCCM's values carry the load balancer labels. Deleting the cluster leaves
 no server group of it in Nova (the clean-up deletes them), and nothing of
 it in the management cluster."""
+import base64
 import json
 import os
 import time
 
 import pytest
 
-from api_env import ApiEnv, shared_cloud, stop_shared_cloud
+from api_env import MANILA_SHARE_TYPES, ApiEnv, shared_cloud, stop_shared_cloud
 from test_api_proxy import apiserver_flags
 from test_lifecycle_keystone import call, password_token
 
@@ -54,7 +58,7 @@ LABELS = {
     "service_cluster_ip_range": "10.254.0.0/16",
     "calico_ipv4pool": "10.100.0.0/16",
     "container_infra_prefix": "registry.example.com/mirror",
-    "volumes_policy": "keep",
+    "volumes_policy": "delete",
     "api_server_cert_sans": "api.example.com",
     "api_server_tls_cipher_suites": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
     "kubelet_tls_cipher_suites": "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
@@ -79,13 +83,16 @@ LABELS = {
     "monitoring_enabled": "true",
     "keystone_auth_enabled": "true",
     "k8s_keystone_auth_tag": "v1.31.1",
+    "manila_csi_enabled": "true",
+    "manila_csi_plugin_tag": "v1.32.0",
+    "manila_csi_share_network_id": "5e2a3c1d-7b8f-4e6a-9c0d-1f2e3a4b5c6d",
 }
 INFRA = "infrastructure.cluster.x-k8s.io/v1beta1"
 
 
 @pytest.fixture(scope="module")
 def cloud(tmp_path_factory):
-    shared = shared_cloud(tmp_path_factory.mktemp("labels-cloud"))
+    shared = shared_cloud(tmp_path_factory.mktemp("labels-cloud"), manila=True)
     yield shared
     stop_shared_cloud(shared)
 
@@ -112,6 +119,16 @@ def server_groups(env):
     status, _, body = call("GET", f"{env.cloud['nova'].url}/os-server-groups", token)
     assert status == 200, body
     return {g["name"]: g for g in body["server_groups"]}
+
+
+MANILA = {"X-OpenStack-Manila-API-Version": "2.60"}
+
+
+def manila_shares(env, token):
+    """The project's Manila shares, by name."""
+    status, _, body = call("GET", f"{env.cloud['manila'].url}/shares/detail", token, headers=MANILA)
+    assert status == 200, status
+    return {s["name"]: s for s in body["shares"]}
 
 
 def test_every_implemented_label_at_once(env):
@@ -217,7 +234,8 @@ def test_every_implemented_label_at_once(env):
     # ConfigMap, and CAPI's binding of it to this cluster.
     addons_api = f"addons.cluster.x-k8s.io/{env.line}"
     uuid_sel = f"magnum.openstack.org/cluster-uuid={uuid}"
-    [crs] = env.sim.items(addons_api, "clusterresourcesets", uuid_sel, ns=ns)
+    [crs] = [x for x in env.sim.items(addons_api, "clusterresourcesets", uuid_sel, ns=ns)
+             if x["metadata"]["name"].endswith("-keystone-auth")]
     [cm] = env.sim.items("v1", "configmaps", uuid_sel, ns=ns)
     assert crs["spec"]["resources"] == [{"kind": "ConfigMap", "name": cm["metadata"]["name"]}], crs
     docs = [json.loads(d) for d in cm["data"]["keystone-auth.yaml"].split("\n---\n")]
@@ -243,7 +261,27 @@ def test_every_implemented_label_at_once(env):
     hcps = {h["spec"]["releaseName"]: h
             for h in env.sim.items("addons.cluster.x-k8s.io/v1alpha1", "helmchartproxies", sel, ns=ns)}
     assert set(hcps) == {"cni-calico", "openstack-ccm", "cinder-csi", "metrics-server", "ingress-nginx",
-                         "monitoring"}, list(hcps)
+                         "monitoring", "nfs-csi", "manila-csi"}, list(hcps)
+    # Manila CSI: its Secret in a ClusterResourceSet that follows rotations,
+    # with the cluster's credential and a StorageClass per share type the
+    # real Manila API showed the cluster's credential.
+    assert f'clusterID: "{uuid}"' in hcps["manila-csi"]["spec"]["valuesTemplate"]
+    [manila_set] = [x for x in env.sim.items(addons_api, "clusterresourcesets", uuid_sel, ns=ns)
+                    if x["metadata"]["name"].endswith("-manila-csi")]
+    assert manila_set["spec"]["strategy"] == "Reconcile", manila_set
+    [ref] = manila_set["spec"]["resources"]
+    held = env.sim.get(f"/api/v1/namespaces/{ns}/secrets/{ref['name']}")
+    assert held["type"] == "addons.cluster.x-k8s.io/resource-set", held["type"]
+    manila_docs = [json.loads(d) for d in
+                   base64.b64decode(held["data"]["manila-csi.yaml"]).decode().split("\n---\n")]
+    classes = {d["metadata"]["name"]: d for d in manila_docs if d["kind"] == "StorageClass"}
+    assert set(classes) == {"share-default", "share-gold-nfs"}, list(classes)
+    assert {c["parameters"]["type"] for c in classes.values()} == set(MANILA_SHARE_TYPES)
+    assert {c["parameters"]["shareNetworkID"] for c in classes.values()} == \
+        {LABELS["manila_csi_share_network_id"]}
+    [creds] = [d for d in manila_docs if d["kind"] == "Secret"]
+    assert creds["metadata"] == {"name": "csi-manila-secrets", "namespace": "kube-system"}
+    assert creds["stringData"]["os-applicationCredentialID"], creds["stringData"].keys()
     assert hcps["monitoring"]["spec"]["chartName"] == "kube-prometheus-stack"
     releases = env.sim.items("addons.cluster.x-k8s.io/v1alpha1", "helmreleaseproxies", sel, ns=ns)
     assert {r["spec"]["releaseName"] for r in releases} == set(hcps), releases
@@ -252,11 +290,37 @@ def test_every_implemented_label_at_once(env):
     values = occm["spec"]["valuesTemplate"]
     assert "lb-method=LEAST_CONNECTIONS" in values and "create-monitor=false" in values, values
 
+    # Shares as Manila CSI makes them for this cluster's claims (its
+    # `clusterID` in their metadata), and one of another cluster's, made by
+    # the real Manila (its dummy backend) in the cluster's project.
+    alice, _ = password_token(env.ks["url"], "alice", "alice-secret-pw", project_id=env.ks["tenant"])
+    made = {f"pvc-{uuid[:8]}": {"manila.csi.openstack.org/cluster": uuid},
+            f"pvc-kept-{uuid[:8]}": {"manila.csi.openstack.org/cluster": uuid, "magnum.openstack.org/keep": "true"},
+            f"pvc-other-{uuid[:8]}": {"manila.csi.openstack.org/cluster": "7c2e1d4f-7a6f-4e64-8a5b-3a3b7d2c9f12"}}
+    for name, metadata in made.items():
+        status, _, body = call("POST", f"{env.cloud['manila'].url}/shares", alice, {"share": {
+            "share_proto": "NFS", "size": 1, "name": name, "share_type": "default",
+            "metadata": metadata}}, MANILA)
+        assert status in (200, 202), (status, body)
+    deadline = time.time() + 120
+    while {manila_shares(env, alice).get(n, {}).get("status") for n in made} != {"available"}:
+        assert time.time() < deadline, manila_shares(env, alice)
+        time.sleep(0.5)
+
     # Delete: no server group of the cluster's left in Nova.
     env.coe("cluster", "delete", "all")
     _, seen = env.wait("all", lambda c: c is None, timeout=300)
     left = [n for n in server_groups(env) if uuid in n]
     assert left == [], left
+    # Its Manila share went with it (volumes_policy=delete); the one marked
+    # to keep and the other cluster's stay.
+    have = manila_shares(env, alice)
+    assert f"pvc-{uuid[:8]}" not in have, have
+    for name in (f"pvc-kept-{uuid[:8]}", f"pvc-other-{uuid[:8]}"):
+        assert have[name]["status"] == "available", have[name]
+        status, _, _ = call("DELETE", f"{env.cloud['manila'].url}/shares/{have[name]['id']}", alice,
+                            headers=MANILA)
+        assert status == 202, status
     assert env.sim.items(env.sim.capi, "clusters", sel, ns=ns) == []
     for api, plural in ((addons_api, "clusterresourcesets"), ("v1", "configmaps"), ("v1", "secrets"),
                         ("addons.cluster.x-k8s.io/v1alpha1", "helmchartproxies"),

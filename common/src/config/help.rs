@@ -438,6 +438,26 @@ pub const HELP: &[(&str, &str, &str)] = &[
     ),
     (
         "capi",
+        "manila_csi_chart_repo",
+        "Manila CSI (label manila_csi_enabled) chart repository.",
+    ),
+    (
+        "capi",
+        "manila_csi_chart_version",
+        "Manila CSI (label manila_csi_enabled) chart version.",
+    ),
+    (
+        "capi",
+        "nfs_csi_chart_repo",
+        "NFS CSI node plugin Manila CSI forwards to (label manila_csi_enabled) chart repository.",
+    ),
+    (
+        "capi",
+        "nfs_csi_chart_version",
+        "NFS CSI node plugin Manila CSI forwards to (label manila_csi_enabled) chart version.",
+    ),
+    (
+        "capi",
         "ingress_nginx_chart_repo",
         "ingress-nginx (label ingress_controller=nginx) chart repository.",
     ),

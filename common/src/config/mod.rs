@@ -239,6 +239,10 @@ pub struct CapiOpts {
     pub metrics_server_chart: (String, String, String),
     pub ingress_nginx_chart: (String, String, String),
     pub monitoring_chart: (String, String, String),
+    /// Manila CSI (`manila_csi_enabled`) and the NFS CSI node plugin it
+    /// forwards NFS shares to.
+    pub manila_csi_chart: (String, String, String),
+    pub nfs_csi_chart: (String, String, String),
     /// Seconds between full status resyncs (the safety net behind watches).
     pub resync_interval: u64,
     /// clouds.yaml `interface` for clusters' credentials.
@@ -685,6 +689,8 @@ impl Config {
                 "metrics_server" => ("metrics_server_chart_repo", "metrics_server_chart_version"),
                 "ingress_nginx" => ("ingress_nginx_chart_repo", "ingress_nginx_chart_version"),
                 "monitoring" => ("monitoring_chart_repo", "monitoring_chart_version"),
+                "manila_csi" => ("manila_csi_chart_repo", "manila_csi_chart_version"),
+                "nfs_csi" => ("nfs_csi_chart_repo", "nfs_csi_chart_version"),
                 _ => ("cinder_csi_chart_repo", "cinder_csi_chart_version"),
             };
             (
@@ -744,6 +750,18 @@ impl Config {
                 "https://prometheus-community.github.io/helm-charts",
                 "kube-prometheus-stack",
                 "66.3.1",
+            ),
+            manila_csi_chart: chart(
+                "manila_csi",
+                "https://kubernetes.github.io/cloud-provider-openstack",
+                "openstack-manila-csi",
+                "2.32.0",
+            ),
+            nfs_csi_chart: chart(
+                "nfs_csi",
+                "https://raw.githubusercontent.com/kubernetes-csi/csi-driver-nfs/master/charts",
+                "csi-driver-nfs",
+                "v4.9.0",
             ),
             resync_interval: cp.int("resync_interval", 600, Some(30), None)? as u64,
             credentials_interface: cp.string("credentials_interface", "public"),

@@ -32,6 +32,8 @@ pub struct AddonCharts {
     pub metrics_server: Chart,
     pub ingress_nginx: Chart,
     pub monitoring: Chart,
+    pub manila_csi: Chart,
+    pub nfs_csi: Chart,
 }
 
 impl Default for AddonCharts {
@@ -73,6 +75,16 @@ impl Default for AddonCharts {
                 "kube-prometheus-stack",
                 "66.3.1",
             ),
+            manila_csi: c(
+                "https://kubernetes.github.io/cloud-provider-openstack",
+                "openstack-manila-csi",
+                "2.32.0",
+            ),
+            nfs_csi: c(
+                "https://raw.githubusercontent.com/kubernetes-csi/csi-driver-nfs/master/charts",
+                "csi-driver-nfs",
+                "v4.9.0",
+            ),
         }
     }
 }
@@ -92,6 +104,8 @@ impl From<&common::config::CapiOpts> for AddonCharts {
             metrics_server: c(&o.metrics_server_chart),
             ingress_nginx: c(&o.ingress_nginx_chart),
             monitoring: c(&o.monitoring_chart),
+            manila_csi: c(&o.manila_csi_chart),
+            nfs_csi: c(&o.nfs_csi_chart),
         }
     }
 }
@@ -121,7 +135,13 @@ impl std::fmt::Debug for CloudConfig {
 /// CAAPH's HelmChartProxy apiVersion, on both lines.
 pub const HCP_API: &str = "addons.cluster.x-k8s.io/v1alpha1";
 
-fn hcp(c: &ClusterInput, addon: &str, chart: &Chart, namespace: &str, values: String) -> Value {
+pub(super) fn hcp(
+    c: &ClusterInput,
+    addon: &str,
+    chart: &Chart,
+    namespace: &str,
+    values: String,
+) -> Value {
     json!({
         "apiVersion": HCP_API,
         "kind": "HelmChartProxy",

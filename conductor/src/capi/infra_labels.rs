@@ -102,6 +102,37 @@ pub struct Addons {
     /// true): the k8s-keystone-auth webhook of this image tag
     /// (`k8s_keystone_auth_tag`), [`super::keystone_auth`].
     pub keystone_auth: Option<String>,
+    /// `manila_csi_enabled` (default false; vexxhost's is true where the
+    /// cloud has Manila): Manila CSI for NFS shares, [`super::manila`].
+    pub manila: Option<Manila>,
+}
+
+/// Manila CSI: its plugin's image tag (`manila_csi_plugin_tag`) and the
+/// share network its StorageClasses create shares on
+/// (`manila_csi_share_network_id`; without it, no StorageClass, as
+/// vexxhost's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Manila {
+    pub tag: String,
+    pub share_network_id: Option<String>,
+}
+
+/// `manila_csi_plugin_tag`'s default: the chart's appVersion.
+pub const MANILA_DEFAULT_TAG: &str = "v1.32.0";
+
+fn image_tag(label: &str, tag: &str) -> Result<(), LabelError> {
+    if tag.len() > 128
+        || !tag
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || "._-".contains(ch))
+    {
+        return Err(invalid(
+            label,
+            tag,
+            "not an image tag (letters, digits, '.', '_', '-')",
+        ));
+    }
+    Ok(())
 }
 
 fn invalid(label: &str, value: &str, reason: impl Into<String>) -> LabelError {
@@ -331,17 +362,7 @@ pub fn parse(
     let keystone_tag = get("k8s_keystone_auth_tag").and_then(|v| non_empty(&v));
     let keystone_auth = if flag("keystone_auth_enabled", false)? {
         let tag = keystone_tag.unwrap_or_else(|| super::keystone_auth::DEFAULT_TAG.to_string());
-        if !tag
-            .chars()
-            .all(|ch| ch.is_ascii_alphanumeric() || "._-".contains(ch))
-            || tag.len() > 128
-        {
-            return Err(invalid(
-                "k8s_keystone_auth_tag",
-                &tag,
-                "not an image tag (letters, digits, '.', '_', '-')",
-            ));
-        }
+        image_tag("k8s_keystone_auth_tag", &tag)?;
         Some(tag)
     } else {
         if keystone_tag.is_some() {
@@ -352,12 +373,44 @@ pub fn parse(
         }
         None
     };
+    let manila_tag = get("manila_csi_plugin_tag").and_then(|v| non_empty(&v));
+    let share_network = get("manila_csi_share_network_id").and_then(|v| non_empty(&v));
+    let manila = if flag("manila_csi_enabled", false)? {
+        let tag = manila_tag.unwrap_or_else(|| MANILA_DEFAULT_TAG.to_string());
+        image_tag("manila_csi_plugin_tag", &tag)?;
+        if let Some(n) = &share_network
+            && uuid::Uuid::try_parse(n).is_err()
+        {
+            return Err(invalid(
+                "manila_csi_share_network_id",
+                n,
+                "not a Manila share network id (a UUID)",
+            ));
+        }
+        Some(Manila {
+            tag,
+            share_network_id: share_network,
+        })
+    } else {
+        for (l, v) in [
+            ("manila_csi_plugin_tag", &manila_tag),
+            ("manila_csi_share_network_id", &share_network),
+        ] {
+            if v.is_some() {
+                warnings.push(format!(
+                    "label {l} has no effect without manila_csi_enabled=true; ignored"
+                ));
+            }
+        }
+        None
+    };
     let addons = Addons {
         metrics_server: flag("metrics_server_enabled", true)?,
         ingress_nginx,
         monitoring: flag("monitoring_enabled", false)?,
         hubble_ui,
         keystone_auth,
+        manila,
     };
     Ok((
         Infra {
@@ -500,8 +553,38 @@ mod tests {
                 monitoring: true,
                 hubble_ui: false,
                 keystone_auth: Some(super::super::keystone_auth::DEFAULT_TAG.into()),
+                manila: None,
             }
         );
+        let net = "0f6a1b2c-3d4e-4b8a-9d3e-5b7c6a526f3e";
+        let (m, mw) = with(
+            &[
+                ("manila_csi_enabled", "true"),
+                ("manila_csi_share_network_id", net),
+            ],
+            "amphora",
+        )
+        .unwrap();
+        assert_eq!(
+            m.addons.manila,
+            Some(Manila {
+                tag: MANILA_DEFAULT_TAG.into(),
+                share_network_id: Some(net.into())
+            })
+        );
+        assert!(mw.is_empty(), "{mw:?}");
+        let e = with(
+            &[
+                ("manila_csi_enabled", "true"),
+                ("manila_csi_share_network_id", "private"),
+            ],
+            "amphora",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("manila_csi_share_network_id"), "{e}");
+        let (m, mw) = with(&[("manila_csi_plugin_tag", "v1.31.0")], "amphora").unwrap();
+        assert_eq!(m.addons.manila, None);
+        assert!(mw[0].contains("manila_csi_enabled"), "{mw:?}");
         let (k, kw) = with(
             &[
                 ("keystone_auth_enabled", "true"),

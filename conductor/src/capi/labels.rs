@@ -2,8 +2,7 @@
 //!
 //! Every label is one of:
 //! - **supported**: parsed and validated here, used by the CAPI rendering;
-//! - **refused when it asks for something we do not do** (`manila_csi_enabled=true`,
-//!   the dashboard...): the create fails with a
+//! - **refused when it asks for something we do not do** (`kube_dashboard_enabled=true`): the create fails with a
 //!   reason naming the label, instead of a cluster that silently lacks the feature;
 //! - **Heat-era knobs** with no meaning on Cluster API: ignored, reported as a warning;
 //! - anything else: unknown, ignored, reported as a warning.
@@ -299,20 +298,17 @@ pub const SUPPORTED: &[&str] = &[
     "cilium_hubble_ui_enabled",
     "keystone_auth_enabled",
     "k8s_keystone_auth_tag",
+    "manila_csi_enabled",
+    "manila_csi_plugin_tag",
+    "manila_csi_share_network_id",
 ];
 
 /// Labels that request a feature we do not implement, when set to a value
 /// that turns it on: (label, feature, is the value a request?).
-pub const REFUSED: &[(&str, &str)] = &[
-    ("manila_csi_enabled", "the Manila CSI driver"),
-    ("kube_dashboard_enabled", "the Kubernetes dashboard"),
-];
+pub const REFUSED: &[(&str, &str)] = &[("kube_dashboard_enabled", "the Kubernetes dashboard")];
 
 /// Labels whose non-empty value we cannot honour.
-pub const REFUSED_VALUES: &[(&str, &str)] = &[
-    ("manila_csi_plugin_tag", "the Manila CSI driver"),
-    ("manila_csi_share_network_id", "the Manila CSI driver"),
-];
+pub const REFUSED_VALUES: &[(&str, &str)] = &[];
 
 /// Heat-era and driver-specific labels with no meaning here (ignored, warned).
 pub const IGNORED: &[&str] = &[
@@ -809,12 +805,12 @@ mod tests {
             assert!(e.to_string().contains("kube_tag"), "{bad}: {e}");
         }
         let e = parse(
-            &l(&[("kube_tag", "v1.30.4"), ("manila_csi_enabled", "true")]),
+            &l(&[("kube_tag", "v1.30.4"), ("kube_dashboard_enabled", "true")]),
             "calico",
         )
         .unwrap_err();
         assert!(
-            e.to_string().contains("manila_csi_enabled") && e.to_string().contains("Manila"),
+            e.to_string().contains("kube_dashboard_enabled") && e.to_string().contains("dashboard"),
             "{e}"
         );
         let (on, _) = parse(
@@ -842,12 +838,16 @@ mod tests {
         let e = parse(
             &l(&[
                 ("kube_tag", "v1.30.4"),
+                ("manila_csi_enabled", "true"),
                 ("manila_csi_share_network_id", "x"),
             ]),
             "calico",
         )
         .unwrap_err();
-        assert!(matches!(e, LabelError::Unsupported { .. }));
+        assert!(
+            matches!(e, LabelError::Invalid { ref label, .. } if label == "manila_csi_share_network_id"),
+            "{e}"
+        );
         let e = parse(
             &l(&[
                 ("kube_tag", "v1.30.4"),

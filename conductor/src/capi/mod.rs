@@ -17,6 +17,7 @@ pub mod keystone_auth;
 pub mod label_table;
 pub mod label_values;
 pub mod labels;
+pub mod manila;
 pub mod naming;
 pub mod render;
 pub mod status;

@@ -27,7 +27,8 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
 use super::identity::{
-    FloatingIp, Inventory, Item, Kind, LoadBalancer, SecurityGroup, ServerGroup, Snapshot, Volume,
+    FloatingIp, Inventory, Item, Kind, LoadBalancer, SecurityGroup, ServerGroup, Share, Snapshot,
+    Volume,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -203,6 +204,8 @@ pub struct Session {
     pub load_balancer: Option<String>,
     pub block_storage: Option<String>,
     pub compute: Option<String>,
+    /// Manila (`sharev2`): the share types of `manila_csi_enabled`.
+    pub share: Option<String>,
 }
 
 impl std::fmt::Debug for Session {
@@ -213,6 +216,7 @@ impl std::fmt::Debug for Session {
             .field("load_balancer", &self.load_balancer)
             .field("block_storage", &self.block_storage)
             .field("compute", &self.compute)
+            .field("share", &self.share)
             .finish_non_exhaustive()
     }
 }
@@ -302,6 +306,34 @@ fn metadata(v: &Value) -> BTreeMap<String, String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Manila's microversion for every call: 2.60 lets the catalog's URL
+/// leave the project out of the path (Manila's `api-ref`, "API versions").
+const MANILA_VERSION: (&str, &str) = ("X-OpenStack-Manila-API-Version", "2.60");
+
+/// A Manila share as `shares/detail` shows it.
+pub fn parse_share(v: &Value) -> Share {
+    Share {
+        id: s(v, "id"),
+        name: s(v, "name"),
+        status: s(v, "status"),
+        metadata: metadata(v),
+    }
+}
+
+/// The names in a Manila share type list, sorted, without duplicates.
+pub fn parse_share_types(v: &Value) -> Option<Vec<String>> {
+    let mut names: Vec<String> = v["share_types"]
+        .as_array()?
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names.dedup();
+    Some(names)
 }
 
 /// A server group as any microversion shows it (`policy` from 2.64,
@@ -432,6 +464,12 @@ impl CloudApi {
                 region,
             ),
             compute: endpoint(catalog, &["compute"], &c.interface, region),
+            share: endpoint(
+                catalog,
+                &["sharev2", "shared-file-system"],
+                &c.interface,
+                region,
+            ),
         })
     }
 
@@ -443,13 +481,26 @@ impl CloudApi {
         url: String,
         key: &str,
     ) -> Result<Vec<Value>, ApiError> {
+        self.list_with(s, what, url, key, &[]).await
+    }
+
+    /// [`Self::list`] with request headers (a microversion).
+    async fn list_with(
+        &self,
+        s: &Session,
+        what: &str,
+        url: String,
+        key: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<Vec<Value>, ApiError> {
         let mut out = Vec::new();
         let mut next = Some(url);
         let mut pages = 0;
         while let Some(u) = next.take() {
             pages += 1;
             let (_, _, body) = self
-                .send(what, Method::GET, &u, Some(&s.token), None)
+                .http
+                .send_with(what, Method::GET, &u, Some(s.token.expose()), None, headers)
                 .await?;
             // An answer without the list (a proxy's page, another API) is
             // an error: read as empty, it would let the clean-up finish
@@ -548,6 +599,20 @@ impl CloudApi {
         if s.compute.is_some() {
             inv.server_groups = self.server_groups(s).await?;
         }
+        if let Some(share) = &s.share {
+            inv.shares = self
+                .list_with(
+                    s,
+                    "Manila share list",
+                    format!("{}/shares/detail", share.trim_end_matches('/')),
+                    "shares",
+                    &[MANILA_VERSION],
+                )
+                .await?
+                .iter()
+                .map(parse_share)
+                .collect();
+        }
         Ok(inv)
     }
 
@@ -570,6 +635,40 @@ impl CloudApi {
             .iter()
             .map(parse_server_group)
             .collect())
+    }
+
+    /// The names of the Manila share types the project sees (public ones
+    /// and those shared with it). Microversion 2.60: the catalog's URL
+    /// may leave the project out of the path (`/v2`), which Manila takes
+    /// from 2.60 (its `api-ref`, "API versions").
+    pub async fn share_types(&self, s: &Session) -> Result<Vec<String>, ApiError> {
+        let base = s
+            .share
+            .as_deref()
+            .ok_or_else(|| {
+                ApiError::Config(
+                    "manila_csi_share_network_id needs Manila (sharev2) in the catalog, and the cloud has none"
+                        .into(),
+                )
+            })?
+            .trim_end_matches('/')
+            .to_string();
+        let what = "Manila share type list";
+        let (_, _, body) = self
+            .http
+            .send_with(
+                what,
+                Method::GET,
+                &format!("{base}/types"),
+                Some(s.token.expose()),
+                None,
+                &[MANILA_VERSION],
+            )
+            .await?;
+        parse_share_types(&body).ok_or_else(|| ApiError::Transport {
+            what: what.to_string(),
+            reason: "the answer has no `share_types` list".into(),
+        })
     }
 
     /// The server group `name`: the one there (its id), else a new one of
@@ -672,6 +771,17 @@ impl CloudApi {
                     item.id
                 ),
             ),
+            Kind::Share => (
+                "Manila share delete",
+                format!(
+                    "{}/shares/{}",
+                    s.share
+                        .as_deref()
+                        .ok_or_else(|| missing("Manila"))?
+                        .trim_end_matches('/'),
+                    item.id
+                ),
+            ),
             Kind::Volume => (
                 "Cinder volume delete",
                 format!(
@@ -683,8 +793,21 @@ impl CloudApi {
                 ),
             ),
         };
+        let headers: &[(&str, &str)] = if item.kind == Kind::Share {
+            &[MANILA_VERSION]
+        } else {
+            &[]
+        };
         match self
-            .send(what, Method::DELETE, &url, Some(&s.token), None)
+            .http
+            .send_with(
+                what,
+                Method::DELETE,
+                &url,
+                Some(s.token.expose()),
+                None,
+                headers,
+            )
             .await
         {
             Ok(_) => Ok(()),
@@ -697,6 +820,17 @@ impl CloudApi {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn share_type_names() {
+        let body = json!({"share_types": [{"id": "1", "name": "default"}, {"id": "2", "name": "Fast SSD"},
+                                          {"id": "3", "name": "default"}, {"id": "4"}]});
+        assert_eq!(
+            parse_share_types(&body),
+            Some(vec!["Fast SSD".to_string(), "default".to_string()])
+        );
+        assert_eq!(parse_share_types(&json!({"volume_types": []})), None);
+    }
 
     #[test]
     fn catalog_and_errors() {

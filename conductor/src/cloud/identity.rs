@@ -35,6 +35,10 @@ pub const IDENTITY_ANNOTATION: &str = "magnum.openstack.org/cloud-identity";
 pub const CLEANUP_FINALIZER: &str = "magnum.openstack.org/cloud-cleanup";
 /// Cinder CSI's metadata key naming the cluster.
 pub const CSI_CLUSTER_KEY: &str = "cinder.csi.openstack.org/cluster";
+/// The metadata Manila CSI gives the shares it makes with `clusterID` set
+/// (`capi::manila`; cloud-provider-openstack's openstack-manila-csi chart,
+/// `csimanila.clusterID`).
+pub const MANILA_CLUSTER_KEY: &str = "manila.csi.openstack.org/cluster";
 /// Volume or snapshot properties (metadata) that keep it whatever the
 /// policy: ours, and cluster-api-janitor-openstack's.
 pub const KEEP_PROPERTIES: [&str; 2] = [
@@ -181,6 +185,16 @@ pub struct Inventory {
     pub volumes: Vec<Volume>,
     pub snapshots: Vec<Snapshot>,
     pub server_groups: Vec<ServerGroup>,
+    pub shares: Vec<Share>,
+}
+
+/// A Manila share (`shares/detail`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Share {
+    pub id: String,
+    pub name: String,
+    pub status: String,
+    pub metadata: BTreeMap<String, String>,
 }
 
 /// The kinds the clean-up deletes, in its order.
@@ -191,6 +205,7 @@ pub enum Kind {
     SecurityGroup,
     Snapshot,
     Volume,
+    Share,
     ServerGroup,
 }
 
@@ -202,6 +217,7 @@ impl Kind {
             Kind::SecurityGroup => "security_group",
             Kind::Snapshot => "snapshot",
             Kind::Volume => "volume",
+            Kind::Share => "share",
             Kind::ServerGroup => "server_group",
         }
     }
@@ -212,6 +228,7 @@ impl Kind {
             Kind::SecurityGroup => "security group",
             Kind::Snapshot => "snapshot",
             Kind::Volume => "volume",
+            Kind::Share => "Manila share",
             Kind::ServerGroup => "server group",
         }
     }
@@ -350,6 +367,10 @@ fn volume_deletable(status: &str) -> bool {
 fn snapshot_deletable(status: &str) -> bool {
     matches!(status, "available" | "error")
 }
+/// Manila deletes a share from these (`share/api.py`, `delete`).
+fn share_deletable(status: &str) -> bool {
+    matches!(status, "available" | "error" | "inactive")
+}
 
 /// Whether this conductor made this server group for this cluster
 /// (`server_group_policies`): `magnum-<cluster uuid>-<group>`
@@ -476,6 +497,28 @@ pub fn plan(scope: &Scope, inv: &Inventory) -> Plan {
             p.wait.push(item);
         } else {
             p.delete.push(item);
+        }
+    }
+    // Manila CSI's shares (`manila_csi_enabled`), by the identity in their
+    // metadata, kept by the volume policy or a keep mark as volumes are.
+    for sh in &inv.shares {
+        if scope.legacy()
+            || sh.metadata.get(MANILA_CLUSTER_KEY).map(String::as_str) != Some(&scope.identity)
+        {
+            continue;
+        }
+        let item = Item {
+            kind: Kind::Share,
+            id: sh.id.clone(),
+            label: name_or_id(&sh.name, &sh.id),
+            status: sh.status.clone(),
+        };
+        if scope.volumes == VolumesPolicy::Keep || marked_keep(&sh.metadata) {
+            p.keep.push(item);
+        } else if share_deletable(&sh.status) {
+            p.delete.push(item);
+        } else {
+            p.wait.push(item);
         }
     }
     // The server groups last: their machines are gone (CAPI deletes the
@@ -685,6 +728,45 @@ mod tests {
             ..s
         };
         assert!(plan(&shared, &inv).done());
+    }
+
+    #[test]
+    fn manila_shares_by_the_identity_in_their_metadata() {
+        let share = |id: &str, status: &str, m: &[(&str, &str)]| Share {
+            id: id.into(),
+            name: format!("pvc-{id}"),
+            status: status.into(),
+            metadata: meta(m),
+        };
+        let inv = Inventory {
+            shares: vec![
+                share("1", "available", &[(MANILA_CLUSTER_KEY, A)]),
+                share("2", "creating", &[(MANILA_CLUSTER_KEY, A)]),
+                share("3", "available", &[(MANILA_CLUSTER_KEY, B)]),
+                share("4", "available", &[(CSI_CLUSTER_KEY, A)]),
+                share(
+                    "5",
+                    "error",
+                    &[(MANILA_CLUSTER_KEY, A), (KEEP_PROPERTIES[0], "true")],
+                ),
+                share("6", "available", &[]),
+            ],
+            ..Inventory::default()
+        };
+        let p = plan(&scope(A), &inv);
+        let ids = |items: &[Item]| items.iter().map(|i| i.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(&p.delete), ["1"]);
+        assert_eq!(ids(&p.wait), ["2"]);
+        assert_eq!(ids(&p.keep), ["5"]);
+        assert!(p.delete.iter().all(|i| i.kind == Kind::Share));
+        // `volumes_policy=keep` keeps them all; a legacy identity names none.
+        let keep = Scope {
+            volumes: VolumesPolicy::Keep,
+            ..scope(A)
+        };
+        let p = plan(&keep, &inv);
+        assert!(p.delete.is_empty() && ids(&p.keep) == ["1", "2", "5"]);
+        assert!(plan(&scope(LEGACY_IDENTITY), &inv).done());
     }
 
     #[test]

@@ -111,6 +111,86 @@ impl Engine {
         Ok(identity::identity_from_occm_values(values.as_deref(), uuid))
     }
 
+    /// The addons of a cluster (`capi::addons`, and Manila CSI's objects
+    /// when the labels ask, `capi::manila`), with `cloud` its credential:
+    /// the identity they run with, and the Manila share types its project
+    /// sees when StorageClasses are asked for (read with that credential).
+    pub(in crate::lifecycle) async fn addon_objects(
+        &self,
+        input: &crate::capi::render::ClusterInput,
+        network_driver: &str,
+        cloud: &crate::capi::addons::CloudConfig,
+    ) -> Result<Vec<Value>, StepError> {
+        use crate::capi::addons::{self, AddonCharts};
+        let identity = self
+            .cloud_identity(&input.namespace, &input.stack_id, &input.cluster_uuid)
+            .await?;
+        let charts = AddonCharts::from(&self.0.capi);
+        let mut objects = addons::render(input, network_driver, &charts, cloud, &identity);
+        if let Some(m) = &input.labels.infra.addons.manila {
+            let share_types = match &m.share_network_id {
+                Some(_) => self.share_types(input, cloud).await?,
+                None => Vec::new(),
+            };
+            let prefix = input
+                .labels
+                .container_infra_prefix
+                .as_deref()
+                .map(|p| p.trim_end_matches('/'));
+            objects.extend(crate::capi::manila::render(
+                input,
+                m,
+                &charts,
+                cloud,
+                self.0.credentials.verify,
+                &share_types,
+                &identity,
+                prefix,
+            ));
+        }
+        Ok(objects)
+    }
+
+    /// The Manila share types the cluster's credential sees (a StorageClass
+    /// each). None is a refusal: a share network without a share type to
+    /// create shares of would give StorageClasses that cannot work.
+    async fn share_types(
+        &self,
+        input: &crate::capi::render::ClusterInput,
+        cloud: &crate::capi::addons::CloudConfig,
+    ) -> Result<Vec<String>, StepError> {
+        let failed = |e: String| {
+            StepError::Invalid(format!(
+                "cannot read the Manila share types for the cluster's StorageClasses \
+                 (manila_csi_share_network_id): {e}"
+            ))
+        };
+        let cred = crate::cloud::api::Credential {
+            auth_url: cloud.auth_url.clone(),
+            id: cloud.application_credential_id.clone(),
+            secret: cloud.application_credential_secret.clone(),
+            interface: self.0.credentials.interface.clone(),
+            region: cloud.region.clone(),
+        };
+        let session = self
+            .0
+            .cloud
+            .session(&cred)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let types = self
+            .0
+            .cloud
+            .share_types(&session)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        if types.is_empty() {
+            return Err(failed("the project sees no share type".into()));
+        }
+        tracing::debug!(cluster = %input.cluster_uuid, ?types, "Manila share types");
+        Ok(types)
+    }
+
     /// Before a delete deletes the CAPI Cluster: the OpenStackCluster holds
     /// our finalizer, the identity and this delete's start. Nothing to mark
     /// without `[capi] cloud_cleanup`, for an adopted topology (its driver's

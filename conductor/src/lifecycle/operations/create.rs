@@ -27,7 +27,7 @@ use rpc_schema::context::RequestContext;
 use rpc_schema::ovo::MagnumObject;
 use serde_json::{Value, json};
 
-use crate::capi::addons::{self, AddonCharts};
+use crate::capi::addons;
 use crate::capi::autoscaler;
 use crate::capi::naming;
 use crate::capi::render::{self, UUID_LABEL};
@@ -294,16 +294,7 @@ impl Engine {
         run.recorded();
         self.ensure_server_groups(&input).await?;
         let mut objects = render::render(&input);
-        let identity = self
-            .cloud_identity(&input.namespace, &input.stack_id, &input.cluster_uuid)
-            .await?;
-        objects.extend(addons::render(
-            &input,
-            &network_driver,
-            &AddonCharts::from(&self.0.capi),
-            &cloud,
-            &identity,
-        ));
+        objects.extend(self.addon_objects(&input, &network_driver, &cloud).await?);
         objects.extend(autoscaler::render(&input, &self.0.capi.autoscaler_image));
         // The Cluster first: everything else is owned by it, so deleting
         // the Cluster collects all of it (HelmChartProxies and templates

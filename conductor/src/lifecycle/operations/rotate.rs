@@ -3,7 +3,7 @@
 //! As magnum-capi-helm does it (the only CAPI driver that can): a new
 //! application credential for the calling user, made with the request's
 //! token; the clouds.yaml Secret CAPO reads and the addons that carry the
-//! cloud config (OpenStack CCM, Cinder CSI) updated to it; the cluster's
+//! cloud config (OpenStack CCM, Cinder CSI, Manila CSI's Secret) updated to it; the cluster's
 //! `user_id` moved to the caller (the credential's owner); then, and only
 //! then, the old credential deleted with the conductor's own
 //! `[keystone_auth]` credentials. Nothing is replaced if the new one cannot
@@ -17,7 +17,7 @@ use rpc_schema::ovo::MagnumObject;
 use rpc_schema::{Outcome, RemoteFailure, RequestContext};
 use serde_json::{Map, Value, json};
 
-use crate::capi::addons::{self, AddonCharts};
+use crate::capi::addons;
 use crate::handlers::DurableSignal;
 use crate::lifecycle::engine::Engine;
 use crate::lifecycle::error::StepError;
@@ -106,17 +106,9 @@ impl Engine {
             );
             self.0.applier.apply(&secret.manifest).await?;
             // The identity the addons already run with (a cluster made
-            // before identities keeps the chart default).
-            let identity = self
-                .cloud_identity(&input.namespace, &input.stack_id, &input.cluster_uuid)
-                .await?;
-            let objects = addons::render(
-                &input,
-                &network_driver,
-                &AddonCharts::from(&self.0.capi),
-                &cloud,
-                &identity,
-            );
+            // before identities keeps the chart default), and Manila CSI's
+            // Secret with the new credential.
+            let objects = self.addon_objects(&input, &network_driver, &cloud).await?;
             self.apply_owned(&input, objects, None).await?;
             Ok::<(), StepError>(())
         }
