@@ -189,7 +189,10 @@ def created(env, c, n=1, labels=None):
         project=c["project"])["uuid"] for _ in range(n)]
     out = []
     for uuid in uuids:
-        got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] != "CREATE_IN_PROGRESS")
+        # Two clusters with workload apiservers at once: on a loaded CI
+        # machine (three test processes on two cores) more than 120 s was
+        # seen.
+        got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] != "CREATE_IN_PROGRESS", timeout=300)
         assert got["cluster"]["status"] == "CREATE_COMPLETE", seen
         out.append((uuid, got["cluster"]["stack_id"]))
     return out[0] if n == 1 else out

@@ -11,6 +11,7 @@
 
 use serde_json::{Value, json};
 
+use super::keystone_auth;
 use super::naming::object_name;
 use super::render::{CLUSTER_NAME_LABEL, ClusterInput, PROJECT_LABEL, UUID_LABEL};
 
@@ -278,7 +279,7 @@ pub fn render(
     // `keystone_auth_enabled`: the webhook's workload half (its
     // control-plane half is the KubeadmControlPlane's, `render`).
     if let Some(tag) = &addons.keystone_auth {
-        out.extend(super::keystone_auth::render(
+        out.extend(keystone_auth_set(
             c,
             &cloud.auth_url,
             cloud.ca_file_content.as_deref(),
@@ -302,6 +303,41 @@ pub fn render(
         ));
     }
     out
+}
+
+/// The ConfigMap holding the workload manifests (one YAML document each,
+/// written as JSON) and the ClusterResourceSet applying it to the cluster
+/// (CAPI `exp/addons`: a ConfigMap's every data value is applied; the
+/// selector is the cluster's uuid label, as the HelmChartProxies').
+pub fn keystone_auth_set(
+    c: &ClusterInput,
+    auth_url: &str,
+    ca: Option<&str>,
+    registry: &str,
+    tag: &str,
+) -> Vec<Value> {
+    let image = format!("{registry}/{}:{tag}", keystone_auth::IMAGE);
+    let docs: Vec<String> = keystone_auth::workload_manifests(&c.project_id, auth_url, ca, &image)
+        .iter()
+        .map(Value::to_string)
+        .collect();
+    let name = object_name(&c.stack_id, "keystone-auth");
+    let labels = json!({UUID_LABEL: c.cluster_uuid, PROJECT_LABEL: c.project_id, CLUSTER_NAME_LABEL: c.stack_id});
+    let addons_api = if c.v2() {
+        "addons.cluster.x-k8s.io/v1beta2"
+    } else {
+        "addons.cluster.x-k8s.io/v1beta1"
+    };
+    vec![
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "namespace": c.namespace, "labels": labels},
+               "data": {"keystone-auth.yaml": docs.join("\n---\n")}}),
+        json!({"apiVersion": addons_api, "kind": "ClusterResourceSet",
+               "metadata": {"name": name, "namespace": c.namespace, "labels": labels},
+               "spec": {"clusterSelector": {"matchLabels": {UUID_LABEL: c.cluster_uuid}},
+                        "resources": [{"kind": "ConfigMap", "name": name}],
+                        "strategy": "ApplyOnce"}}),
+    ]
 }
 
 /// The `<stack_id>-cloud-credentials` Secret CAPO reads (`identityRef`):

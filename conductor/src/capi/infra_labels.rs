@@ -100,10 +100,10 @@ pub struct Addons {
     pub hubble_ui: bool,
     /// `keystone_auth_enabled` (default false, as Heat's; vexxhost's is
     /// true): the k8s-keystone-auth webhook of this image tag
-    /// (`k8s_keystone_auth_tag`), [`super::keystone_auth`].
+    /// (`k8s_keystone_auth_tag`), `capi::keystone_auth`.
     pub keystone_auth: Option<String>,
     /// `manila_csi_enabled` (default false; vexxhost's is true where the
-    /// cloud has Manila): Manila CSI for NFS shares, [`super::manila`].
+    /// cloud has Manila): Manila CSI for NFS shares, `capi::manila`.
     pub manila: Option<Manila>,
 }
 
@@ -116,6 +116,10 @@ pub struct Manila {
     pub tag: String,
     pub share_network_id: Option<String>,
 }
+
+/// `k8s_keystone_auth_tag`'s default: cloud-provider-openstack's release
+/// beside the OCCM chart 2.31.x this conductor installs.
+pub const KEYSTONE_AUTH_DEFAULT_TAG: &str = "v1.31.1";
 
 /// `manila_csi_plugin_tag`'s default: the chart's appVersion.
 pub const MANILA_DEFAULT_TAG: &str = "v1.32.0";
@@ -361,7 +365,7 @@ pub fn parse(
     }
     let keystone_tag = get("k8s_keystone_auth_tag").and_then(|v| non_empty(&v));
     let keystone_auth = if flag("keystone_auth_enabled", false)? {
-        let tag = keystone_tag.unwrap_or_else(|| super::keystone_auth::DEFAULT_TAG.to_string());
+        let tag = keystone_tag.unwrap_or_else(|| KEYSTONE_AUTH_DEFAULT_TAG.to_string());
         image_tag("k8s_keystone_auth_tag", &tag)?;
         Some(tag)
     } else {
@@ -552,7 +556,7 @@ mod tests {
                 ingress_nginx: true,
                 monitoring: true,
                 hubble_ui: false,
-                keystone_auth: Some(super::super::keystone_auth::DEFAULT_TAG.into()),
+                keystone_auth: Some(KEYSTONE_AUTH_DEFAULT_TAG.into()),
                 manila: None,
             }
         );

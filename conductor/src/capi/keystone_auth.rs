@@ -11,7 +11,8 @@
 //!   `Node,RBAC,Webhook` (RBAC first: what RBAC allows never reaches the
 //!   webhook), and the file's directory mounted into the static pod;
 //! - **in the workload cluster** (a ClusterResourceSet and the ConfigMap it
-//!   applies, see [`render`]): the webhook as a DaemonSet on the control
+//!   applies, `super::addons::keystone_auth_set`, of
+//!   [`workload_manifests`]): the webhook as a DaemonSet on the control
 //!   plane nodes, on the host network at `127.0.0.1:8443` with the API
 //!   server's own serving certificate (`/etc/kubernetes/pki`), its policy
 //!   and role-mapping ConfigMaps, its RBAC to read them.
@@ -35,9 +36,6 @@
 
 use serde_json::{Value, json};
 
-use super::naming::object_name;
-use super::render::{CLUSTER_NAME_LABEL, ClusterInput, PROJECT_LABEL, UUID_LABEL};
-
 /// The webhook's kubeconfig on each control-plane host.
 pub const WEBHOOK_DIR: &str = "/etc/kubernetes/webhooks";
 pub const WEBHOOK_CONFIG: &str = "/etc/kubernetes/webhooks/webhookconfig.yaml";
@@ -45,9 +43,8 @@ pub const WEBHOOK_CONFIG: &str = "/etc/kubernetes/webhooks/webhookconfig.yaml";
 pub const LISTEN: &str = "127.0.0.1:8443";
 /// The image's registry path (`container_infra_prefix` replaces the host).
 pub const IMAGE: &str = "provider-os/k8s-keystone-auth";
-/// `k8s_keystone_auth_tag`'s default: cloud-provider-openstack's release
-/// beside the OCCM chart 2.31.x this conductor installs.
-pub const DEFAULT_TAG: &str = "v1.31.1";
+/// `k8s_keystone_auth_tag`'s default (kept with the label's parsing).
+pub use super::infra_labels::KEYSTONE_AUTH_DEFAULT_TAG as DEFAULT_TAG;
 
 const NAME: &str = "k8s-keystone-auth";
 const NAMESPACE: &str = "kube-system";
@@ -181,41 +178,6 @@ pub fn workload_manifests(
         },
     }));
     out
-}
-
-/// The ConfigMap holding the workload manifests (one YAML document each,
-/// written as JSON) and the ClusterResourceSet applying it to the cluster
-/// (CAPI `exp/addons`: a ConfigMap's every data value is applied; the
-/// selector is the cluster's uuid label, as the HelmChartProxies').
-pub fn render(
-    c: &ClusterInput,
-    auth_url: &str,
-    ca: Option<&str>,
-    registry: &str,
-    tag: &str,
-) -> Vec<Value> {
-    let image = format!("{registry}/{IMAGE}:{tag}");
-    let docs: Vec<String> = workload_manifests(&c.project_id, auth_url, ca, &image)
-        .iter()
-        .map(Value::to_string)
-        .collect();
-    let name = object_name(&c.stack_id, "keystone-auth");
-    let labels = json!({UUID_LABEL: c.cluster_uuid, PROJECT_LABEL: c.project_id, CLUSTER_NAME_LABEL: c.stack_id});
-    let addons_api = if c.v2() {
-        "addons.cluster.x-k8s.io/v1beta2"
-    } else {
-        "addons.cluster.x-k8s.io/v1beta1"
-    };
-    vec![
-        json!({"apiVersion": "v1", "kind": "ConfigMap",
-               "metadata": {"name": name, "namespace": c.namespace, "labels": labels},
-               "data": {"keystone-auth.yaml": docs.join("\n---\n")}}),
-        json!({"apiVersion": addons_api, "kind": "ClusterResourceSet",
-               "metadata": {"name": name, "namespace": c.namespace, "labels": labels},
-               "spec": {"clusterSelector": {"matchLabels": {UUID_LABEL: c.cluster_uuid}},
-                        "resources": [{"kind": "ConfigMap", "name": name}],
-                        "strategy": "ApplyOnce"}}),
-    ]
 }
 
 #[cfg(test)]

@@ -122,6 +122,28 @@ pub fn failure_writes(cluster_uuid: &str, plan: &[OnFailure], error: &str) -> Ve
         .collect()
 }
 
+impl Engine {
+    /// A request's operation on one cluster, framed: [`Run::begin`] (the
+    /// cluster's Lease), Magnum's refusal when another conductor holds it,
+    /// the operation's `steps`, then [`Run::finish`] (counts and failure
+    /// bookkeeping).
+    pub(super) async fn operate(
+        &self,
+        op: Op,
+        uuid: &str,
+        ctx: &rpc_schema::RequestContext,
+        durable: &mut DurableSignal,
+        steps: impl AsyncFnOnce(&mut Run<'_>) -> Result<Value, StepError>,
+    ) -> Outcome {
+        let mut run = Run::begin(self, op, uuid, Some(ctx), Some(durable)).await;
+        if let Some(e) = run.blocked() {
+            return run.finish(Err(e)).await;
+        }
+        let result = steps(&mut run).await;
+        run.finish(result).await
+    }
+}
+
 /// One operation in flight on one cluster.
 pub(super) struct Run<'a> {
     pub(super) engine: Engine,

@@ -61,11 +61,7 @@ impl Engine {
                 "cluster_create without a cluster uuid",
             ));
         };
-        let mut run = Run::begin(self, Op::Create, &uuid, Some(ctx), Some(durable)).await;
-        if let Some(e) = run.blocked() {
-            return run.finish(Err(e)).await;
-        }
-        let result = async {
+        self.operate(Op::Create, &uuid, ctx, durable, async |run| {
             if !self
                 .insert_rows(&cast, master_count, node_count, create_timeout)
                 .await?
@@ -78,11 +74,10 @@ impl Engine {
                 status: "CREATE_FAILED",
                 reason: true,
             });
-            self.create_steps(&mut run, Some(ctx)).await?;
+            self.create_steps(run, Some(ctx)).await?;
             Ok(Value::Null)
-        }
-        .await;
-        run.finish(result).await
+        })
+        .await
     }
 
     /// Steps 1-3 of Magnum's create. Returns false when the rows exist and

@@ -59,12 +59,10 @@ impl Engine {
         durable: &mut DurableSignal,
     ) -> Outcome {
         let uuid = cluster.get_str("uuid").unwrap_or_default().to_string();
-        let mut run = Run::begin(self, Op::NodegroupCreate, &uuid, Some(ctx), Some(durable)).await;
-        if let Some(e) = run.blocked() {
-            return run.finish(Err(e)).await;
-        }
-        let result = self.nodegroup_create_steps(&mut run, nodegroup).await;
-        run.finish(result).await
+        self.operate(Op::NodegroupCreate, &uuid, ctx, durable, async |run| {
+            self.nodegroup_create_steps(run, nodegroup).await
+        })
+        .await
     }
 
     async fn nodegroup_create_steps(
@@ -139,12 +137,10 @@ impl Engine {
         durable: &mut DurableSignal,
     ) -> Outcome {
         let uuid = cluster.get_str("uuid").unwrap_or_default().to_string();
-        let mut run = Run::begin(self, Op::NodegroupUpdate, &uuid, Some(ctx), Some(durable)).await;
-        if let Some(e) = run.blocked() {
-            return run.finish(Err(e)).await;
-        }
-        let result = self.nodegroup_update_steps(&mut run, nodegroup).await;
-        run.finish(result).await
+        self.operate(Op::NodegroupUpdate, &uuid, ctx, durable, async |run| {
+            self.nodegroup_update_steps(run, nodegroup).await
+        })
+        .await
     }
 
     async fn nodegroup_update_steps(
@@ -195,12 +191,10 @@ impl Engine {
         durable: &mut DurableSignal,
     ) -> Outcome {
         let uuid = cluster.get_str("uuid").unwrap_or_default().to_string();
-        let mut run = Run::begin(self, Op::NodegroupDelete, &uuid, Some(ctx), Some(durable)).await;
-        if let Some(e) = run.blocked() {
-            return run.finish(Err(e)).await;
-        }
-        let result = self.nodegroup_delete_steps(&mut run, nodegroup).await;
-        run.finish(result).await
+        self.operate(Op::NodegroupDelete, &uuid, ctx, durable, async |run| {
+            self.nodegroup_delete_steps(run, nodegroup).await
+        })
+        .await
     }
 
     async fn nodegroup_delete_steps(

@@ -22,7 +22,7 @@ use crate::handlers::DurableSignal;
 use crate::lifecycle::engine::Engine;
 use crate::lifecycle::error::StepError;
 use crate::lifecycle::plan::COMPLETED;
-use crate::lifecycle::runner::{Op, Run};
+use crate::lifecycle::runner::Op;
 
 /// Magnum's status rule for `credential_rotate`, with its message.
 pub fn check(status: &str) -> Result<(), RemoteFailure> {
@@ -43,12 +43,10 @@ impl Engine {
         durable: &mut DurableSignal,
     ) -> Outcome {
         let uuid = cluster.get_str("uuid").unwrap_or_default().to_string();
-        let mut run = Run::begin(self, Op::CredentialRotate, &uuid, Some(ctx), Some(durable)).await;
-        if let Some(e) = run.blocked() {
-            return run.finish(Err(e)).await;
-        }
-        let result = self.rotate_steps(&uuid, ctx).await;
-        run.finish(result).await
+        self.operate(Op::CredentialRotate, &uuid, ctx, durable, async |_run| {
+            self.rotate_steps(&uuid, ctx).await
+        })
+        .await
     }
 
     async fn rotate_steps(&self, uuid: &str, ctx: &RequestContext) -> Result<Value, StepError> {

@@ -77,14 +77,11 @@ impl Engine {
         durable: &mut DurableSignal,
     ) -> Outcome {
         let uuid = cluster.get_str("uuid").unwrap_or_default().to_string();
-        let mut run = Run::begin(self, Op::Update, &uuid, Some(ctx), Some(durable)).await;
-        if let Some(e) = run.blocked() {
-            return run.finish(Err(e)).await;
-        }
-        let result = self
-            .update_steps(&mut run, node_count, health_status, health_status_reason)
-            .await;
-        run.finish(result).await
+        self.operate(Op::Update, &uuid, ctx, durable, async |run| {
+            self.update_steps(run, node_count, health_status, health_status_reason)
+                .await
+        })
+        .await
     }
 
     async fn update_steps(
@@ -177,14 +174,11 @@ impl Engine {
         durable: &mut DurableSignal,
     ) -> Outcome {
         let uuid = cluster.get_str("uuid").unwrap_or_default().to_string();
-        let mut run = Run::begin(self, Op::Resize, &uuid, Some(ctx), Some(durable)).await;
-        if let Some(e) = run.blocked() {
-            return run.finish(Err(e)).await;
-        }
-        let result = self
-            .resize_steps(&mut run, node_count, nodes_to_remove, nodegroup)
-            .await;
-        run.finish(result).await
+        self.operate(Op::Resize, &uuid, ctx, durable, async |run| {
+            self.resize_steps(run, node_count, nodes_to_remove, nodegroup)
+                .await
+        })
+        .await
     }
 
     async fn resize_steps(

@@ -84,14 +84,11 @@ impl Engine {
         durable: &mut DurableSignal,
     ) -> Outcome {
         let uuid = cluster.get_str("uuid").unwrap_or_default().to_string();
-        let mut run = Run::begin(self, Op::Upgrade, &uuid, Some(ctx), Some(durable)).await;
-        if let Some(e) = run.blocked() {
-            return run.finish(Err(e)).await;
-        }
-        let result = self
-            .upgrade_steps(&mut run, cluster_template, max_batch_size, nodegroup)
-            .await;
-        run.finish(result).await
+        self.operate(Op::Upgrade, &uuid, ctx, durable, async |run| {
+            self.upgrade_steps(run, cluster_template, max_batch_size, nodegroup)
+                .await
+        })
+        .await
     }
 
     async fn upgrade_steps(
