@@ -20,20 +20,8 @@ use crate::ownership::{self, Owner};
 
 /// The kinds read for a cluster on `line`: (apiVersion, kind, plural).
 pub fn kinds(line: CapiLine) -> [(&'static str, &'static str, &'static str); 14] {
-    let (capi, kcp, boot, addons) = match line {
-        CapiLine::V1beta1 => (
-            "cluster.x-k8s.io/v1beta1",
-            "controlplane.cluster.x-k8s.io/v1beta1",
-            "bootstrap.cluster.x-k8s.io/v1beta1",
-            "addons.cluster.x-k8s.io/v1beta1",
-        ),
-        CapiLine::V1beta2 => (
-            "cluster.x-k8s.io/v1beta2",
-            "controlplane.cluster.x-k8s.io/v1beta2",
-            "bootstrap.cluster.x-k8s.io/v1beta2",
-            "addons.cluster.x-k8s.io/v1beta2",
-        ),
-    };
+    let (capi, kcp, boot) = line.api_versions();
+    let addons = line.addons_api();
     let infra = "infrastructure.cluster.x-k8s.io/v1beta1";
     let rbac = "rbac.authorization.k8s.io/v1";
     [

@@ -146,8 +146,7 @@ pub(super) fn hcp(
     json!({
         "apiVersion": HCP_API,
         "kind": "HelmChartProxy",
-        "metadata": {"name": object_name(&c.stack_id, addon), "namespace": c.namespace,
-                     "labels": {UUID_LABEL: c.cluster_uuid, PROJECT_LABEL: c.project_id, CLUSTER_NAME_LABEL: c.stack_id}},
+        "metadata": c.meta(&object_name(&c.stack_id, addon), &[]),
         "spec": {
             "clusterSelector": {"matchLabels": {UUID_LABEL: c.cluster_uuid}},
             "repoURL": chart.repo, "chartName": chart.name, "version": chart.version,
@@ -305,39 +304,55 @@ pub fn render(
     out
 }
 
-/// The ConfigMap holding the workload manifests (one YAML document each,
-/// written as JSON) and the ClusterResourceSet applying it to the cluster
-/// (CAPI `exp/addons`: a ConfigMap's every data value is applied; the
-/// selector is the cluster's uuid label, as the HelmChartProxies').
+/// A ClusterResourceSet `<stack_id>-<part>` applying `docs` to the
+/// cluster (selected by its uuid label, as the HelmChartProxies), and the
+/// object of ours holding them under the key `<part>.yaml` (one YAML
+/// document each, written as JSON; CAPI `exp/addons` applies every data
+/// value): a ConfigMap, or a Secret (`addons.cluster.x-k8s.io/resource-set`)
+/// when they hold a credential. `strategy`: `ApplyOnce` or `Reconcile`.
+pub(super) fn resource_set(
+    c: &ClusterInput,
+    part: &str,
+    docs: &[Value],
+    secret: bool,
+    strategy: &str,
+) -> [Value; 2] {
+    let name = object_name(&c.stack_id, part);
+    let joined = docs
+        .iter()
+        .map(Value::to_string)
+        .collect::<Vec<_>>()
+        .join("\n---\n");
+    let key = format!("{part}.yaml");
+    let holder = if secret {
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "addons.cluster.x-k8s.io/resource-set",
+               "metadata": c.meta(&name, &[]),
+               "data": {key: common::certs::der::base64(joined.as_bytes())}})
+    } else {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": c.meta(&name, &[]),
+               "data": {key: joined}})
+    };
+    let set = json!({"apiVersion": c.line.addons_api(), "kind": "ClusterResourceSet",
+        "metadata": c.meta(&name, &[]),
+        "spec": {"clusterSelector": {"matchLabels": {UUID_LABEL: c.cluster_uuid}},
+                 "resources": [{"kind": holder["kind"], "name": name}],
+                 "strategy": strategy}});
+    [holder, set]
+}
+
+/// k8s-keystone-auth's workload objects (`super::keystone_auth`) in a
+/// ClusterResourceSet applied once: the policy ConfigMap is then the
+/// cluster owner's to edit.
 pub fn keystone_auth_set(
     c: &ClusterInput,
     auth_url: &str,
     ca: Option<&str>,
     registry: &str,
     tag: &str,
-) -> Vec<Value> {
+) -> [Value; 2] {
     let image = format!("{registry}/{}:{tag}", keystone_auth::IMAGE);
-    let docs: Vec<String> = keystone_auth::workload_manifests(&c.project_id, auth_url, ca, &image)
-        .iter()
-        .map(Value::to_string)
-        .collect();
-    let name = object_name(&c.stack_id, "keystone-auth");
-    let labels = json!({UUID_LABEL: c.cluster_uuid, PROJECT_LABEL: c.project_id, CLUSTER_NAME_LABEL: c.stack_id});
-    let addons_api = if c.v2() {
-        "addons.cluster.x-k8s.io/v1beta2"
-    } else {
-        "addons.cluster.x-k8s.io/v1beta1"
-    };
-    vec![
-        json!({"apiVersion": "v1", "kind": "ConfigMap",
-               "metadata": {"name": name, "namespace": c.namespace, "labels": labels},
-               "data": {"keystone-auth.yaml": docs.join("\n---\n")}}),
-        json!({"apiVersion": addons_api, "kind": "ClusterResourceSet",
-               "metadata": {"name": name, "namespace": c.namespace, "labels": labels},
-               "spec": {"clusterSelector": {"matchLabels": {UUID_LABEL: c.cluster_uuid}},
-                        "resources": [{"kind": "ConfigMap", "name": name}],
-                        "strategy": "ApplyOnce"}}),
-    ]
+    let docs = keystone_auth::workload_manifests(&c.project_id, auth_url, ca, &image);
+    resource_set(c, "keystone-auth", &docs, false, "ApplyOnce")
 }
 
 /// The `<stack_id>-cloud-credentials` Secret CAPO reads (`identityRef`):

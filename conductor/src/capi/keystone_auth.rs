@@ -43,8 +43,6 @@ pub const WEBHOOK_CONFIG: &str = "/etc/kubernetes/webhooks/webhookconfig.yaml";
 pub const LISTEN: &str = "127.0.0.1:8443";
 /// The image's registry path (`container_infra_prefix` replaces the host).
 pub const IMAGE: &str = "provider-os/k8s-keystone-auth";
-/// `k8s_keystone_auth_tag`'s default (kept with the label's parsing).
-pub use super::infra_labels::KEYSTONE_AUTH_DEFAULT_TAG as DEFAULT_TAG;
 
 const NAME: &str = "k8s-keystone-auth";
 const NAMESPACE: &str = "kube-system";

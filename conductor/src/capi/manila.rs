@@ -21,10 +21,9 @@
 
 use serde_json::{Value, json};
 
-use super::addons::{AddonCharts, CloudConfig, hcp};
+use super::addons::{AddonCharts, CloudConfig, hcp, resource_set};
 use super::infra_labels::Manila;
-use super::naming::object_name;
-use super::render::{CLUSTER_NAME_LABEL, ClusterInput, PROJECT_LABEL, UUID_LABEL};
+use super::render::ClusterInput;
 
 /// The CSI driver name of the NFS protocol (the chart's `driverName`
 /// prefixed by the protocol, lowercased).
@@ -133,22 +132,8 @@ pub fn render(
         Some(p) => format!("image:\n  nfs:\n    repository: {p}/sig-storage/nfsplugin\n"),
         None => String::new(),
     };
-    let docs: Vec<String> = workload_manifests(m, cloud, verify, share_types)
-        .iter()
-        .map(Value::to_string)
-        .collect();
-    let name = object_name(&c.stack_id, "manila-csi");
-    let labels = json!({UUID_LABEL: c.cluster_uuid, PROJECT_LABEL: c.project_id, CLUSTER_NAME_LABEL: c.stack_id});
-    let addons_api = if c.v2() {
-        "addons.cluster.x-k8s.io/v1beta2"
-    } else {
-        "addons.cluster.x-k8s.io/v1beta1"
-    };
-    let mut data = serde_json::Map::new();
-    data.insert(
-        "manila-csi.yaml".into(),
-        json!(common::certs::der::base64(docs.join("\n---\n").as_bytes())),
-    );
+    let docs = workload_manifests(m, cloud, verify, share_types);
+    let [holder, set] = resource_set(c, "manila-csi", &docs, true, "Reconcile");
     vec![
         hcp(c, "nfs-csi", &charts.nfs_csi, "kube-system", nfs_values),
         hcp(
@@ -158,14 +143,8 @@ pub fn render(
             "kube-system",
             manila_values,
         ),
-        json!({"apiVersion": "v1", "kind": "Secret", "type": "addons.cluster.x-k8s.io/resource-set",
-               "metadata": {"name": name, "namespace": c.namespace, "labels": labels},
-               "data": data}),
-        json!({"apiVersion": addons_api, "kind": "ClusterResourceSet",
-               "metadata": {"name": name, "namespace": c.namespace, "labels": labels},
-               "spec": {"clusterSelector": {"matchLabels": {UUID_LABEL: c.cluster_uuid}},
-                        "resources": [{"kind": "Secret", "name": name}],
-                        "strategy": "Reconcile"}}),
+        holder,
+        set,
     ]
 }
 

@@ -31,6 +31,15 @@ pub enum CapiLine {
 impl CapiLine {
     /// The apiVersions this line writes: cluster.x-k8s.io, the kubeadm
     /// control plane, the kubeadm bootstrap (CAPO's stay v1beta1 on both).
+    /// The `addons.cluster.x-k8s.io` version CAPI stores on this line
+    /// (ClusterResourceSet, ClusterResourceSetBinding).
+    pub fn addons_api(self) -> &'static str {
+        match self {
+            CapiLine::V1beta1 => "addons.cluster.x-k8s.io/v1beta1",
+            CapiLine::V1beta2 => "addons.cluster.x-k8s.io/v1beta2",
+        }
+    }
+
     pub fn api_versions(self) -> (&'static str, &'static str, &'static str) {
         match self {
             CapiLine::V1beta1 => (
@@ -238,7 +247,8 @@ impl ClusterInput {
         }
         Value::Object(m)
     }
-    fn meta(&self, name: &str, extra: &[(&str, &str)]) -> Value {
+    /// An object's metadata in the cluster's namespace, with its labels.
+    pub fn meta(&self, name: &str, extra: &[(&str, &str)]) -> Value {
         json!({"name": name, "namespace": self.namespace, "labels": self.labels(extra)})
     }
     /// A reference in the line's shape (v1beta1 ObjectReference, v1beta2 apiGroup).

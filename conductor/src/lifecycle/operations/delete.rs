@@ -203,10 +203,7 @@ impl Engine {
 /// infrastructure): (apiVersion, kind, plural), all carrying our uuid label.
 fn labelled_kinds(line: CapiLine) -> [(&'static str, &'static str, &'static str); 11] {
     let (capi, _, bootstrap) = line.api_versions();
-    let addons = match line {
-        CapiLine::V1beta1 => "addons.cluster.x-k8s.io/v1beta1",
-        CapiLine::V1beta2 => "addons.cluster.x-k8s.io/v1beta2",
-    };
+    let addons = line.addons_api();
     [
         // An adopted vexxhost cluster's addons (`adopt` labels them) and
         // the Keystone webhook's set (`capi::keystone_auth`).
