@@ -8,14 +8,22 @@
 #       against the recorded fixtures) against a trivial consumer (the
 #       broker's ceiling), the real Python magnum-conductor 23.0.0 (1 and N
 #       workers) and ours: messages/s, p50/p99, CPU seconds per 1,000.
-#   scripts/bench-rpc.sh --magnum-client [--calls N] [--concurrency 1 8 ...]
-#       ping_conductor through Magnum 23.0.0's own Python client instead.
+#   scripts/bench-rpc.sh --magnum-client [--calls N] [--concurrency 1 8 ...] [--casts N]
+#       ping_conductor (and cluster_delete casts) through Magnum 23.0.0's own
+#       Python client instead, with each conductor's CPU per message.
+#   scripts/bench-rpc.sh --instructions [--python] [--calls 400] [--casts 1000]
+#       instructions per message counted by callgrind (ours, and with
+#       --python the Python conductor's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exports="$(scripts/setup-env.sh | tail -n 1)"  # a failure stops here (eval of nothing would not)
 eval "$exports"
 cargo build --release --quiet -p conductor -p integration-tests --bin magnum-conductor --bin mc-rpc-load
-if [ "${1:-}" = "--magnum-client" ]; then
+if [ "${1:-}" = "--instructions" ]; then
+  shift
+  "$MAGNUM_VENV/bin/python" tests/python/bench_instructions.py --load "$PWD/target/release/mc-rpc-load" \
+    --conductor "$PWD/target/release/magnum-conductor" "$@"
+elif [ "${1:-}" = "--magnum-client" ]; then
   shift
   MAGNUM_CONDUCTOR_BIN="$PWD/target/release/magnum-conductor" \
     "$MAGNUM_VENV/bin/python" tests/python/bench_ping.py "$@"

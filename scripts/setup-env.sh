@@ -74,6 +74,9 @@ command -v setsid >/dev/null 2>&1 || apt_install util-linux
 [ "$demo" = 1 ] || command -v shellcheck >/dev/null 2>&1 || apt_install shellcheck
 # Network namespaces for magnum-capi-proxy's test (proxy/tests/netns.rs).
 [ "$demo" = 1 ] || command -v ip >/dev/null 2>&1 || apt_install iproute2
+# callgrind counts the instructions per RPC message the suite checks
+# (tests/python/test_benchmarks.py).
+[ "$demo" = 1 ] || command -v callgrind_control >/dev/null 2>&1 || apt_install valgrind
 
 if ! rabbitmqctl -q status >/dev/null 2>&1; then
   log "starting RabbitMQ"

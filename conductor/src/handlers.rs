@@ -203,7 +203,7 @@ impl Handlers for ConductorHandlers {
             (None, Some(c)) => (c.get_str("uuid").unwrap_or_default().to_string(), Some(c)),
             (None, None) => return Route::Here,
         };
-        match l.owner_of_request(&uuid, object).await {
+        match Box::pin(l.owner_of_request(&uuid, object)).await {
             Ok(Some(owner)) if !owner.is_ours() => Route::Forward {
                 topic: topic.clone(),
                 driver: owner.driver().to_string(),
@@ -239,26 +239,30 @@ impl Handlers for ConductorHandlers {
 }
 
 impl ConductorHandlers {
+    /// Every branch that awaits a large state machine (an operation, the
+    /// object indirection, the CA) is boxed: the future of this function is
+    /// then a few hundred bytes, not the largest branch's ~36 KB, and each
+    /// message's task is not copied whole when it is spawned (the copies
+    /// were 29% of a `ping_conductor` call's instructions: docs/benchmarks.md).
     async fn dispatch(&self, mut req: HandlerRequest) -> Outcome {
         // Another driver's cluster is refused before anything is done.
         if let (Some(l), Some((uuid, object, new_template))) =
             (&self.lifecycle, lifecycle_target(&req.request))
-            && let Some(refused) = l
-                .refuse_foreign(
-                    req.request.method(),
-                    &uuid,
-                    object,
-                    new_template,
-                    &mut req.durable,
-                )
-                .await
+            && let Some(refused) = Box::pin(l.refuse_foreign(
+                req.request.method(),
+                &uuid,
+                object,
+                new_template,
+                &mut req.durable,
+            ))
+            .await
         {
             return refused;
         }
         let method = req.request.method();
         if is_lifecycle(&req.request) {
             return match &self.lifecycle {
-                Some(l) => cluster_operation(l, req).await,
+                Some(l) => Box::pin(cluster_operation(l, req)).await,
                 None => no_management_cluster(method),
             };
         }
@@ -270,15 +274,26 @@ impl ConductorHandlers {
                 cluster,
                 ca_cert_type,
             } => {
-                crate::ca::get_ca_certificate(&self.db, &context, &cluster, ca_cert_type.as_deref())
-                    .await
+                Box::pin(crate::ca::get_ca_certificate(
+                    &self.db,
+                    &context,
+                    &cluster,
+                    ca_cert_type.as_deref(),
+                ))
+                .await
             }
             ConductorRequest::SignCertificate {
                 cluster,
                 certificate,
             } => {
-                crate::ca::sign_certificate(&self.db, &self.x509, &context, &cluster, certificate)
-                    .await
+                Box::pin(crate::ca::sign_certificate(
+                    &self.db,
+                    &self.x509,
+                    &context,
+                    &cluster,
+                    certificate,
+                ))
+                .await
             }
             ConductorRequest::RotateCaCertificate { cluster } => {
                 crate::ca::rotate_ca_certificate(&cluster)
@@ -290,16 +305,15 @@ impl ConductorHandlers {
                 args,
                 kwargs,
             } => {
-                self.indirection
-                    .class_action(
-                        &context,
-                        &objname,
-                        &objmethod,
-                        &object_versions,
-                        &args,
-                        &kwargs,
-                    )
-                    .await
+                Box::pin(self.indirection.class_action(
+                    &context,
+                    &objname,
+                    &objmethod,
+                    &object_versions,
+                    &args,
+                    &kwargs,
+                ))
+                .await
             }
             ConductorRequest::ObjectAction {
                 objinst,
@@ -307,9 +321,11 @@ impl ConductorHandlers {
                 args,
                 kwargs,
             } => {
-                self.indirection
-                    .object_action(&context, &objinst, &objmethod, &args, &kwargs)
-                    .await
+                Box::pin(
+                    self.indirection
+                        .object_action(&context, &objinst, &objmethod, &args, &kwargs),
+                )
+                .await
             }
             ConductorRequest::ObjectBackportVersions {
                 objinst,

@@ -443,3 +443,86 @@ async fn malformed_inputs_get_failures_metrics_and_never_kill_the_conductor() {
     let _ = client.conn.close(200, "bye".into()).await;
     conductor.stop().await;
 }
+
+/// Handlers whose every request panics once in `panics` (then answer as
+/// the base handlers do).
+struct Panicking {
+    panics: std::sync::atomic::AtomicUsize,
+}
+
+impl conductor::handlers::Handlers for Panicking {
+    async fn handle(&self, req: conductor::handlers::HandlerRequest) -> rpc_schema::Outcome {
+        if self
+            .panics
+            .fetch_update(
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+                |n| n.checked_sub(1),
+            )
+            .is_ok()
+        {
+            // A yield first: the panic comes from a later poll of the
+            // handler, not from its first.
+            tokio::task::yield_now().await;
+            panic!("a bug in a handler");
+        }
+        conductor::handlers::BaseHandlers::base_outcome(&req.request)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_gets_a_failure_reply_and_the_conductor_serves_on() {
+    let vhost = Vhost::new("panic");
+    let conductor = TestConductor::start_with(
+        &vhost,
+        "",
+        std::sync::Arc::new(Panicking {
+            panics: std::sync::atomic::AtomicUsize::new(1),
+        }),
+    )
+    .await;
+    let mut client = RawClient::connect(&vhost).await;
+    let (msg_id, m) = request("ping_conductor", json!({}), true, &client.reply_q);
+    client
+        .publish(
+            "magnum",
+            TOPIC,
+            &envelope::encode(&m),
+            oslo_properties(true),
+        )
+        .await;
+    let reply = client
+        .reply(&msg_id, Duration::from_secs(10))
+        .await
+        .expect("a reply to the call whose handler panicked");
+    let failure = reply["failure"].as_str().expect("a failure");
+    let f = RemoteFailure::from_failure_string(failure).expect("a failure Python can raise");
+    assert_eq!(f.class, "MagnumException", "{failure}");
+    assert!(
+        failure.contains("Internal error while handling ping_conductor"),
+        "{failure}"
+    );
+    // The same conductor answers the next call.
+    let (msg_id, m) = request("ping_conductor", json!({}), true, &client.reply_q);
+    client
+        .publish(
+            "magnum",
+            TOPIC,
+            &envelope::encode(&m),
+            oslo_properties(true),
+        )
+        .await;
+    let reply = client
+        .reply(&msg_id, Duration::from_secs(10))
+        .await
+        .expect("a reply after the panic");
+    assert_eq!(reply["result"], json!(true), "{reply:?}");
+    assert_eq!(
+        conductor.counter(
+            "magnum_conductor_rpc_messages_total",
+            &[("method", "ping_conductor"), ("outcome", "failure")]
+        ),
+        1.0
+    );
+    conductor.stop().await;
+}

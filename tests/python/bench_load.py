@@ -57,6 +57,23 @@ def tree_cpu(root):
     return total / TICK
 
 
+def switches(pid):
+    """Context switches (voluntary + involuntary) of every thread of `pid`
+    so far: each is a thread parking or being preempted, the kernel's part
+    of a message's cost that an instruction count does not see. Threads
+    that exited are not counted (the conductor's live for its lifetime)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                        total += int(line.split()[1])
+        except OSError:
+            continue
+    return total
+
+
 def generator(load, url, *args):
     out = subprocess.run([load, "load", "--url", url, *map(str, args)], capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
@@ -110,16 +127,18 @@ def main():
             try:
                 wait_for_consumers(vhost, consumers)
                 for conc in a.concurrency:
-                    cpu0 = tree_cpu(pid)
+                    cpu0, sw0 = tree_cpu(pid), switches(pid)
                     r = generator(a.load, url, "--kind", "call", "--messages", a.calls, "--concurrency", conc,
                                   "--connections", min(a.connections, conc))
                     r["cpu_s_per_1000"] = (tree_cpu(pid) - cpu0) * 1000 / a.calls
+                    r["switches_per_message"] = (switches(pid) - sw0) / a.calls
                     r["target"] = target
                     results.append(r)
-                cpu0 = tree_cpu(pid)
+                cpu0, sw0 = tree_cpu(pid), switches(pid)
                 r = generator(a.load, url, "--kind", "cast", "--messages", a.casts, "--connections", a.connections,
                               "--warmup", 0)
                 r["cpu_s_per_1000"] = (tree_cpu(pid) - cpu0) * 1000 / (a.casts + 1)
+                r["switches_per_message"] = (switches(pid) - sw0) / (a.casts + 1)
                 r["target"] = target
                 results.append(r)
             finally:
@@ -132,12 +151,13 @@ def main():
         return next((r for r in results if r["target"] == target and r["kind"] == kind
                      and (conc is None or r.get("concurrency") == conc)), None)
 
-    print("| target | kind | concurrency | messages/s | p50 ms | p99 ms | CPU s / 1,000 | failed |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| target | kind | concurrency | messages/s | p50 ms | p99 ms | CPU s / 1,000 | context switches / message "
+          "| failed |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['target']} | {r['kind']} | {r.get('concurrency', '-')} | {r['per_second']:.0f} | "
               f"{r.get('p50_ms', 0):.2f} | {r.get('p99_ms', 0):.2f} | {r['cpu_s_per_1000']:.3f} | "
-              f"{r.get('failed', 0)} |")
+              f"{r['switches_per_message']:.2f} | {r.get('failed', 0)} |")
     print()
     pythons = [t for t in targets if t.startswith("python")]
     print("| kind | concurrency | rust / " + " | rust / ".join(pythons) + " | rust / echo (broker ceiling) | "

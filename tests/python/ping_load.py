@@ -27,6 +27,9 @@ def main():
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--pace", type=float, default=0.0, help="seconds each thread waits between calls")
     p.add_argument("--out", default="-")
+    p.add_argument("--cast-deletes", type=int, default=0,
+                   help="instead of calls: cast this many cluster_delete (Magnum's conductor API, "
+                        "cluster_delete_async) of clusters that do not exist, from the threads")
     a = p.parse_args()
 
     from magnum.common import context as mctx
@@ -42,7 +45,8 @@ def main():
 
     out = sys.stdout if a.out == "-" else open(a.out, "w")
     lock = threading.Lock()
-    counter = iter(range(a.calls))
+    counter = iter(range(a.cast_deletes or a.calls))
+    casts = api.API(context=ctx, topic="magnum-conductor") if a.cast_deletes else None
 
     def worker():
         while True:
@@ -52,7 +56,11 @@ def main():
                 return
             t0 = time.time()
             try:
-                ok, err = listener.ping_conductor() is True, None
+                if casts:
+                    casts.cluster_delete_async(f"00000000-0000-4000-8000-{i:012d}")
+                    ok, err = True, None
+                else:
+                    ok, err = listener.ping_conductor() is True, None
             except Exception as e:  # the outcome is data here, not a test failure
                 ok, err = False, type(e).__name__
             t1 = time.time()

@@ -1,6 +1,12 @@
-"""Each benchmark still runs, at a tiny size (the figures are not checked:
+"""Each benchmark still runs, at a tiny size (timings are not checked:
 benchmarks are commands, see docs/benchmarks.md; this keeps them from
 rotting between measurements).
+
+Two figures are checked, because they do not move with the machine's
+load: the instructions per RPC message (callgrind) and the bytes the
+status cache holds per cluster. Each fails when it grew more than its
+margin over tests/bench-baseline.json (recorded with `--record`, see
+docs/benchmarks.md "Regression check").
 
 Debug builds, as the rest of the suite: the scripts in scripts/ run the
 same Python drivers on release builds. The management cluster is a real
@@ -30,6 +36,17 @@ def last_json(out):
     return json.loads(next(ln for ln in reversed(out.strip().splitlines()) if ln.startswith(("{", "["))))
 
 
+BASELINE = os.path.join(ROOT, "tests", "bench-baseline.json")
+# How much a figure may grow over its recorded baseline before the suite fails.
+INSTRUCTIONS_MARGIN = 0.15
+CACHE_BYTES_MARGIN = 0.10
+
+
+def baseline():
+    with open(BASELINE) as f:
+        return json.load(f)
+
+
 def test_status_benchmark_runs_and_grows_the_fleet():
     out = run("bench_status.py", "--conductor", CONDUCTOR_BIN, "--sim", SIM_BIN, "--clusters", 2,
               "--total", 6, "--samples", 2, "--steady-seconds", 1, "--churn-per-second", 5,
@@ -37,6 +54,11 @@ def test_status_benchmark_runs_and_grows_the_fleet():
     s = last_json(out)
     assert s["failed"] == 0 and s["total"] == 6, s
     assert s["cache"]["Cluster"]["objects"] == 6, "the copies are watched like the created ones"
+    per_cluster = sum(k["bytes"] for k in s["cache"].values()) / 6
+    recorded = baseline()["status_cache_bytes_per_cluster"]
+    assert per_cluster <= recorded * (1 + CACHE_BYTES_MARGIN), (
+        f"the status cache holds {per_cluster:.0f} bytes per cluster, over {recorded} recorded "
+        f"(+{CACHE_BYTES_MARGIN:.0%}) in {BASELINE}: {s['cache']}")
     assert s["latency_ms"]["samples"] == 4 and s["restart_caught_up_seconds"] > 0, s
     assert s["steady_requests_per_minute"].get("GET", 0) == 0, s
 
@@ -55,3 +77,12 @@ def test_day2_benchmark_runs():
     out = run("bench_day2.py", "--conductor", CONDUCTOR_BIN, "--sim", SIM_BIN, "--clusters", 1)
     s = last_json(out)
     assert s["clusters"] == 1 and s["to_update_complete_ms"], s
+
+
+def test_instructions_per_message_did_not_grow():
+    """callgrind's count of a call and a cast (this build: debug, with the
+    crash points, as the suite runs it) against the recorded baseline."""
+    out = run("bench_instructions.py", "--load", LOAD_BIN, "--conductor", CONDUCTOR_BIN, "--baseline", BASELINE,
+              "--build", "debug-failpoints", "--check", INSTRUCTIONS_MARGIN, timeout=600)
+    report = last_json(out)
+    assert set(report["growth"]) == {"call_instructions_per_message", "cast_instructions_per_message"}, report

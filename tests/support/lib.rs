@@ -67,6 +67,15 @@ pub struct TestConductor {
 
 impl TestConductor {
     pub async fn start(vhost: &Vhost, extra: &str) -> TestConductor {
+        Self::start_with(vhost, extra, Arc::new(BaseHandlers)).await
+    }
+
+    /// As [`TestConductor::start`], with these handlers.
+    pub async fn start_with<H: conductor::handlers::Handlers>(
+        vhost: &Vhost,
+        extra: &str,
+        handlers: Arc<H>,
+    ) -> TestConductor {
         let text = format!(
             "[DEFAULT]\ntransport_url = rabbit://guest:guest@127.0.0.1:5672/{}\nrpc_response_timeout = 10\n{extra}\n",
             vhost.0
@@ -81,7 +90,7 @@ impl TestConductor {
         let server = RpcServer::new(
             cfg,
             server_id.clone(),
-            Arc::new(BaseHandlers),
+            handlers,
             metrics.clone(),
             health.clone(),
         );

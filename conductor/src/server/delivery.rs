@@ -4,6 +4,7 @@
 //! must wait (a database outage, a cluster busy on another conductor).
 //! The session that received it is in [`super`].
 
+use futures_util::FutureExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
@@ -37,7 +38,7 @@ pub(super) async fn process<H: Handlers>(
     if delivery.redelivered {
         m.rpc_redeliveries.inc();
     }
-    let incoming = match decoded {
+    let mut incoming = match decoded {
         Ok(i) => i,
         Err(e) => {
             tracing::warn!(error = %e, routing_key = %delivery.routing_key, bytes = delivery.data.len(), "dropping an undecodable message");
@@ -102,7 +103,8 @@ pub(super) async fn process<H: Handlers>(
         }
         Ok(request) => match shared.handlers.route(&request).await {
             Route::Forward { topic, driver } => {
-                forward(shared, &delivery, &incoming, kind, &topic, &driver).await;
+                // Boxed: a rare path's state kept out of every message's task.
+                Box::pin(forward(shared, &delivery, &incoming, kind, &topic, &driver)).await;
                 m.rpc_inflight.dec();
                 m.rpc_duration
                     .with_label_values(&[label])
@@ -110,9 +112,13 @@ pub(super) async fn process<H: Handlers>(
                 return;
             }
             Route::Here => {
+                // The handler owns the context (no copy of ~30 entries per
+                // message); nothing after it reads the context.
+                let context = std::mem::take(&mut incoming.context);
                 run_handler(
                     shared,
                     &incoming,
+                    context,
                     request,
                     delivery.redelivered,
                     &delivery.acker,
@@ -293,14 +299,22 @@ fn outcome_failure(o: &Outcome) -> Option<String> {
 async fn run_handler<H: Handlers>(
     shared: &Arc<Shared<H>>,
     incoming: &Incoming,
+    context: rpc_schema::RequestContext,
     request: ConductorRequest,
     redelivered: bool,
     acker: &Acker,
 ) -> (Outcome, AckState) {
     let method = request.method();
     let (durable, mut durable_rx) = DurableSignal::new();
+    // Every line of this request's work carries its request id (as oslo.log
+    // puts it in each line of a request's context).
+    let span = tracing::info_span!(
+        "request",
+        request_id = context.request_id().unwrap_or("-"),
+        method
+    );
     let req = HandlerRequest {
-        context: incoming.context.clone(),
+        context,
         request,
         is_call: incoming.is_call(),
         unique_id: incoming.unique_id.clone(),
@@ -308,19 +322,20 @@ async fn run_handler<H: Handlers>(
         durable,
     };
     let handlers = shared.handlers.clone();
-    // Every line of this request's work carries its request id (as oslo.log
-    // puts it in each line of a request's context).
-    let span = tracing::info_span!(
-        "request",
-        request_id = incoming.context.request_id().unwrap_or("-"),
-        method
-    );
-    let mut task = tokio::spawn(
-        async move {
-            crate::failpoint::delay("handle", method).await;
-            handlers.handle(req).await
-        }
-        .instrument(span),
+    // Polled in this task, not spawned: a spawn is one more hand-off
+    // between the runtime's threads per message. Boxed: the handler's state
+    // is not part of the message task's (which a spawn copies whole; see
+    // docs/benchmarks.md, "Instructions per message"). A panic in the
+    // handler is caught here as a spawned task's would be.
+    let mut task = Box::pin(
+        std::panic::AssertUnwindSafe(
+            async move {
+                crate::failpoint::delay("handle", method).await;
+                handlers.handle(req).await
+            }
+            .instrument(span),
+        )
+        .catch_unwind(),
     );
     let heartbeat_every = incoming
         .call_monitor_timeout
@@ -338,7 +353,12 @@ async fn run_handler<H: Handlers>(
         tokio::select! {
             res = &mut task => break match res {
                 Ok(o) => o,
-                Err(e) => {
+                Err(panic) => {
+                    let e = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a panic".into());
                     tracing::error!(method, error = %e, "handler crashed");
                     Outcome::Failure(RemoteFailure::magnum_with_message(
                         "MagnumException",
