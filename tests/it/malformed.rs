@@ -3,12 +3,14 @@
 //! messages and bad casts get a warning and a metric, and the conductor
 //! keeps serving.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use integration_tests::{RawClient, TestConductor, Vhost, oslo_properties, request};
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use rpc_schema::{Compression, RemoteFailure, envelope};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 const TOPIC: &str = "magnum-conductor";
 
@@ -444,21 +446,17 @@ async fn malformed_inputs_get_failures_metrics_and_never_kill_the_conductor() {
     conductor.stop().await;
 }
 
-/// Handlers whose every request panics once in `panics` (then answer as
-/// the base handlers do).
+/// Handlers whose first `panics` requests panic (then answer as the base
+/// handlers do).
 struct Panicking {
-    panics: std::sync::atomic::AtomicUsize,
+    panics: AtomicUsize,
 }
 
 impl conductor::handlers::Handlers for Panicking {
     async fn handle(&self, req: conductor::handlers::HandlerRequest) -> rpc_schema::Outcome {
         if self
             .panics
-            .fetch_update(
-                std::sync::atomic::Ordering::SeqCst,
-                std::sync::atomic::Ordering::SeqCst,
-                |n| n.checked_sub(1),
-            )
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok()
         {
             // A yield first: the panic comes from a later poll of the
@@ -470,18 +468,8 @@ impl conductor::handlers::Handlers for Panicking {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_panicking_handler_gets_a_failure_reply_and_the_conductor_serves_on() {
-    let vhost = Vhost::new("panic");
-    let conductor = TestConductor::start_with(
-        &vhost,
-        "",
-        std::sync::Arc::new(Panicking {
-            panics: std::sync::atomic::AtomicUsize::new(1),
-        }),
-    )
-    .await;
-    let mut client = RawClient::connect(&vhost).await;
+/// A `ping_conductor` call, as oslo sends it, and its reply.
+async fn ping(client: &mut RawClient) -> Option<Map<String, Value>> {
     let (msg_id, m) = request("ping_conductor", json!({}), true, &client.reply_q);
     client
         .publish(
@@ -491,8 +479,18 @@ async fn a_panicking_handler_gets_a_failure_reply_and_the_conductor_serves_on() 
             oslo_properties(true),
         )
         .await;
-    let reply = client
-        .reply(&msg_id, Duration::from_secs(10))
+    client.reply(&msg_id, Duration::from_secs(10)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_gets_a_failure_reply_and_the_conductor_serves_on() {
+    let vhost = Vhost::new("panic");
+    let handlers = Arc::new(Panicking {
+        panics: AtomicUsize::new(1),
+    });
+    let conductor = TestConductor::start_with(&vhost, "", handlers).await;
+    let mut client = RawClient::connect(&vhost).await;
+    let reply = ping(&mut client)
         .await
         .expect("a reply to the call whose handler panicked");
     let failure = reply["failure"].as_str().expect("a failure");
@@ -503,19 +501,7 @@ async fn a_panicking_handler_gets_a_failure_reply_and_the_conductor_serves_on() 
         "{failure}"
     );
     // The same conductor answers the next call.
-    let (msg_id, m) = request("ping_conductor", json!({}), true, &client.reply_q);
-    client
-        .publish(
-            "magnum",
-            TOPIC,
-            &envelope::encode(&m),
-            oslo_properties(true),
-        )
-        .await;
-    let reply = client
-        .reply(&msg_id, Duration::from_secs(10))
-        .await
-        .expect("a reply after the panic");
+    let reply = ping(&mut client).await.expect("a reply after the panic");
     assert_eq!(reply["result"], json!(true), "{reply:?}");
     assert_eq!(
         conductor.counter(

@@ -50,13 +50,11 @@ def dumped_total(out_dir, pid, before):
     threads' parts: with --separate-threads=no, one)."""
     deadline = time.time() + 120
     while time.time() < deadline:
-        files = set(glob.glob(os.path.join(out_dir, f"callgrind.{pid}.out*"))) - before
-        for f in sorted(files):
+        for f in sorted(set(glob.glob(os.path.join(out_dir, f"callgrind.{pid}.out*"))) - before):
             with open(f) as fh:
-                text = fh.read()
-            m = re.search(r"^(?:totals|summary):\s*(\d+)", text, re.M)
+                m = re.search(r"^(?:totals|summary):\s*(\d+)", fh.read(), re.M)
             if m:
-                return int(m.group(1)), files
+                return int(m.group(1))
         time.sleep(0.2)
     raise RuntimeError(f"no callgrind dump for {pid} in {out_dir}")
 
@@ -68,16 +66,11 @@ def generator(load, url, *args):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def wrapper(tmp, out_dir, program):
-    """A script that runs `program` (and its arguments) under callgrind."""
-    path = os.path.join(tmp, f"cg-{os.path.basename(program)}")
-    with open(path, "w") as f:
-        f.write("#!/bin/sh\n"
-                f"exec valgrind --tool=callgrind --callgrind-out-file={out_dir}/callgrind.%p.out "
-                "--dump-line=no --compress-strings=no --compress-pos=no "
-                f"{program} \"$@\"\n")
-    os.chmod(path, 0o755)
-    return path
+def callgrind(out_dir):
+    """The command a conductor runs under to be counted (valgrind execs
+    the program: the pid is the conductor's)."""
+    return ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_dir}/callgrind.%p.out", "--dump-line=no",
+            "--compress-strings=no", "--compress-pos=no"]
 
 
 def measure(a, target, tmp):
@@ -90,21 +83,13 @@ def measure(a, target, tmp):
         if target == "rust":
             port = free_port()
             write_conf(conf, vhost, extra=f"[metrics]\nlisten = 127.0.0.1:{port}\n")
-            conftest.CONDUCTOR_BIN = wrapper(tmp, out_dir, a.conductor)
-            c = Conductor(conf, port, os.path.join(tmp, "rust.log"), wait=False)
+            conftest.CONDUCTOR_BIN = a.conductor  # read by Conductor
+            c = Conductor(conf, port, os.path.join(tmp, "rust.log"), wait=False, prefix=callgrind(out_dir))
             c.wait_ready(timeout=300)
-            # valgrind execs the program: the pid is the conductor's.
-            pid, stop = c.proc.pid, c.stop
         else:
             write_conf(conf, vhost)
-            python = os.path.join(conftest.VENV_BIN, "python")
-            w = wrapper(tmp, out_dir, python)
-            log = open(os.path.join(tmp, "python.log"), "w")
-            proc = subprocess.Popen([w, os.path.join(conftest.VENV_BIN, "magnum-conductor"), "--config-file", conf],
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-            pc = PythonConductor.__new__(PythonConductor)
-            pc.proc, pc.log = proc, log
-            pid, stop = proc.pid, pc.stop
+            c = PythonConductor(conf, os.path.join(tmp, "python.log"), prefix=callgrind(out_dir))
+        pid = c.proc.pid
         try:
             wait_for_consumers(vhost, 3, timeout=600)
             generator(a.load, url, "--kind", "call", "--messages", a.warmup, "--concurrency", 1,
@@ -117,16 +102,14 @@ def measure(a, target, tmp):
                     generator(a.load, url, "--kind", "call", "--messages", n, "--concurrency", a.concurrency,
                               "--connections", 1, "--warmup", 0)
                 else:
-                    # The generator's closing call is counted with the casts.
-                    n += 1
-                    generator(a.load, url, "--kind", "cast", "--messages", n - 1, "--connections", 1,
-                              "--warmup", 0)
+                    generator(a.load, url, "--kind", "cast", "--messages", n, "--connections", 1, "--warmup", 0)
                 callgrind_control("--dump", str(pid))
-                total, _ = dumped_total(out_dir, pid, before)
-                result[f"{kind}_instructions_per_message"] = total // n
+                # The cast generator's closing call is counted with its casts.
+                counted = n + (kind == "cast")
+                result[f"{kind}_instructions_per_message"] = dumped_total(out_dir, pid, before) // counted
             return result
         finally:
-            stop()
+            c.stop()
     finally:
         rabbitmqctl("delete_vhost", vhost)
 

@@ -173,14 +173,15 @@ def log_tail(path, lines=25):
 class Conductor:
     """Our conductor as a subprocess, with its metrics endpoint."""
 
-    def __init__(self, conf_path, metrics_port, log_path, env=None, wait=True, failpoint=None):
-        """`failpoint`: MAGNUM_CONDUCTOR_FAILPOINT, armed if given."""
+    def __init__(self, conf_path, metrics_port, log_path, env=None, wait=True, failpoint=None, prefix=()):
+        """`failpoint`: MAGNUM_CONDUCTOR_FAILPOINT, armed if given; `prefix`: a
+        command the conductor runs under (one that execs it: the pid stays)."""
         self.metrics_url = f"http://127.0.0.1:{metrics_port}"
         self.log = open(log_path, "a")
         env = dict(os.environ, **(env or {}))
         if failpoint:
             env["MAGNUM_CONDUCTOR_FAILPOINT"] = failpoint
-        self.proc = subprocess.Popen([CONDUCTOR_BIN, "--config-file", conf_path], stdout=self.log,
+        self.proc = subprocess.Popen([*prefix, CONDUCTOR_BIN, "--config-file", conf_path], stdout=self.log,
                                      stderr=subprocess.STDOUT, env=env)
         self.server_id = self.wait_ready()["server"] if wait else None
 
@@ -266,9 +267,10 @@ def wait_for_consumers(vhost, expected, timeout=90):
 class PythonConductor:
     """The real Python magnum-conductor from the venv, in its own process group."""
 
-    def __init__(self, conf, log_path):
+    def __init__(self, conf, log_path, prefix=()):
+        """`prefix`: a command the conductor runs under (one that execs it)."""
         self.log = open(log_path, "w")
-        self.proc = subprocess.Popen([os.path.join(VENV_BIN, "magnum-conductor"), "--config-file", conf],
+        self.proc = subprocess.Popen([*prefix, os.path.join(VENV_BIN, "magnum-conductor"), "--config-file", conf],
                                      stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def stop(self):

@@ -29,8 +29,6 @@ pub enum CapiLine {
 }
 
 impl CapiLine {
-    /// The apiVersions this line writes: cluster.x-k8s.io, the kubeadm
-    /// control plane, the kubeadm bootstrap (CAPO's stay v1beta1 on both).
     /// The `addons.cluster.x-k8s.io` version CAPI stores on this line
     /// (ClusterResourceSet, ClusterResourceSetBinding).
     pub fn addons_api(self) -> &'static str {
@@ -40,6 +38,8 @@ impl CapiLine {
         }
     }
 
+    /// The apiVersions this line writes: cluster.x-k8s.io, the kubeadm
+    /// control plane, the kubeadm bootstrap (CAPO's stay v1beta1 on both).
     pub fn api_versions(self) -> (&'static str, &'static str, &'static str) {
         match self {
             CapiLine::V1beta1 => (
