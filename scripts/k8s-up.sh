@@ -15,6 +15,8 @@
 #   v1beta1: cluster-api v1.10.10 + CAPO v0.12.7 + CAAPH v0.4.2
 #   v1beta2: cluster-api v1.14.0 + CAPO v0.14.7 + CAAPH v0.6.4
 #
+# K8S_APISERVER_ARGS (space-separated) are added to kube-apiserver's flags (the
+# benchmarks try its watch-cache flags: scripts/bench-status.sh --apiserver-arg).
 # The binaries and CRDs come from K8S_BIN_DIR and CAPI_CRDS_DIR; when either
 # is unset, scripts/fetch-artifacts.sh provides them (verified, cached).
 # Needs etcd, kubectl, openssl, curl and python3 (scripts/setup-env.sh
@@ -95,12 +97,13 @@ print(*(s.getsockname()[1] for s in ss))')
     --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
     --initial-cluster "k8s=http://127.0.0.1:$peer_port" > "$dir/etcd.log" 2>&1 &
   echo "ETCD_PID=$!" > "$dir/env"
+  read -r -a extra_args <<< "${K8S_APISERVER_ARGS:-}"
   "$K8S_BIN_DIR/kube-apiserver" --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" \
     --etcd-servers="http://127.0.0.1:$etcd_port" --tls-cert-file="$pki/apiserver.crt" \
     --tls-private-key-file="$pki/apiserver.key" --client-ca-file="$pki/ca.crt" \
     --service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local --authorization-mode=RBAC \
-    --service-cluster-ip-range=10.96.0.0/12 --endpoint-reconciler-type=none --profiling=false --v=1 \
+    --service-cluster-ip-range=10.96.0.0/12 --endpoint-reconciler-type=none --profiling=false --v=1 ${extra_args[@]+"${extra_args[@]}"} \
     > "$dir/kube-apiserver.log" 2>&1 &
   {
     echo "APISERVER_PID=$!"

@@ -23,6 +23,7 @@ struct AppState {
 }
 
 async fn metrics_handler(State(s): State<AppState>) -> impl IntoResponse {
+    crate::memory::export_heap(&s.metrics.heap_bytes);
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         s.metrics.render(),

@@ -400,7 +400,6 @@ fn reopen_logs_on_sighup(handle: conductor::logging::Handle) {
 
 async fn run(cfg: Config, log_handle: conductor::logging::Handle) -> ExitCode {
     reopen_logs_on_sighup(log_handle);
-    conductor::memory::spawn_trimmer(conductor::memory::TRIM_EVERY);
     // (The log destination and the metrics port are checked by using them.)
     if let Some(r) = conductor::startup::refusals(&cfg, false).first() {
         eprintln!("magnum-conductor: {}", r.detail);
@@ -410,6 +409,7 @@ async fn run(cfg: Config, log_handle: conductor::logging::Handle) -> ExitCode {
     let cfg = Arc::new(cfg);
     let server_id = common::short_id::generate_id();
     let metrics = Metrics::new();
+    conductor::memory::spawn_trimmer(conductor::memory::TRIM_EVERY);
     let health = Arc::new(Health::default());
     tracing::info!(files = ?cfg.files, server = %server_id, version = env!("CARGO_PKG_VERSION"), "magnum-conductor starting");
     if let Some(addr) = cfg.metrics.listen {

@@ -25,6 +25,40 @@ pub fn spawn_trimmer(every: Duration) {
     });
 }
 
+/// Set `gauge` (labels `in_use`, `free`) from [`heap_now`] (at each scrape).
+pub fn export_heap(gauge: &prometheus::IntGaugeVec) {
+    let clamp = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    if let Some(h) = heap_now() {
+        gauge.with_label_values(&["in_use"]).set(clamp(h.in_use));
+        gauge.with_label_values(&["free"]).set(clamp(h.free));
+    }
+}
+
+/// The allocator's own account of its heap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heap {
+    /// Bytes in allocations the process holds.
+    pub in_use: usize,
+    /// Bytes freed and kept by the allocator (not given back to the system).
+    pub free: usize,
+}
+
+/// The heap now (glibc's `mallinfo2`: it walks the arenas, milliseconds).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn heap_now() -> Option<Heap> {
+    // SAFETY: mallinfo2 only reads glibc's arena statistics under their locks.
+    let m = unsafe { libc::mallinfo2() };
+    Some(Heap {
+        in_use: m.uordblks.saturating_add(m.hblkhd),
+        free: m.fordblks,
+    })
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn heap_now() -> Option<Heap> {
+    None
+}
+
 /// Release free memory held by the allocator; true if some was released.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn trim() -> bool {

@@ -95,6 +95,9 @@ pub struct Metrics {
     pub full_pass_seconds: prometheus::Gauge,
     /// Full status passes completed.
     pub full_passes: IntCounter,
+    /// The allocator's heap when scraped: `in_use` (what the process holds)
+    /// and `free` (freed, kept by the allocator, not yet given back; glibc).
+    pub heap_bytes: IntGaugeVec,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> T {
@@ -414,6 +417,17 @@ impl Metrics {
                 &registry,
                 IntCounter::new("status_full_passes_total", "Full status passes completed.")
                     .unwrap_or_else(|_| unreachable_metric()),
+            ),
+            heap_bytes: reg(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "heap_bytes",
+                        "The allocator's heap: in_use, or free (freed and kept by the allocator).",
+                    ),
+                    &["state"],
+                )
+                .unwrap_or_else(|_| unreachable_metric()),
             ),
             registry,
         };

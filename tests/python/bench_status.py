@@ -6,6 +6,7 @@ requests the conductor sends to the management cluster in steady state
 
     python bench_status.py --conductor BIN [--sim BIN] [--clusters 1000] [--samples 200]
         [--total 10000] [--churn-per-second 20] [--sample-interval 0.1] [--restart-samples 100]
+        [--apiserver-arg=--watch-cache-sizes=...]...
 
 `--clusters` are created through Magnum's client (the whole create path).
 With `--total` above that, the fleet is then grown to `--total` by copying
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -57,6 +59,73 @@ def control_plane_rss(sim):
            if key in env}
     out["capi_sim"] = rss_mib(sim.proc.pid)
     return out
+
+
+def prometheus_text(url, context=None):
+    """Samples of a Prometheus text page: {(name, labels text): value}."""
+    with urllib.request.urlopen(url, timeout=30, context=context) as r:
+        text = r.read().decode()
+    out = {}
+    for ln in text.splitlines():
+        if not ln or ln.startswith("#"):
+            continue
+        key, _, value = ln.rpartition(" ")
+        name, _, labels = key.partition("{")
+        try:
+            out[(name, labels.rstrip("}"))] = float(value)
+        except ValueError:
+            continue
+    return out
+
+
+WATCHED_V1BETA1 = (("cluster.x-k8s.io/v1beta1", "clusters"),
+                   ("infrastructure.cluster.x-k8s.io/v1beta1", "openstackclusters"),
+                   ("controlplane.cluster.x-k8s.io/v1beta1", "kubeadmcontrolplanes"),
+                   ("cluster.x-k8s.io/v1beta1", "machinedeployments"),
+                   ("cluster.x-k8s.io/v1beta1", "machines"),
+                   ("addons.cluster.x-k8s.io/v1alpha1", "helmreleaseproxies"))
+
+
+def dump_cluster(sim, stack_id, path):
+    """One CAPI cluster's objects of the kinds the conductor watches, as
+    the apiserver serves them (the fixture of `mc-cache-bytes`)."""
+    objs = []
+    for api, plural in WATCHED_V1BETA1:
+        for o in sorted(sim.items(api, plural, selector=f"cluster.x-k8s.io/cluster-name={stack_id}", ns=NS),
+                        key=lambda o: o["metadata"]["name"]):
+            o.setdefault("apiVersion", api)
+            o.setdefault("kind", {"clusters": "Cluster", "openstackclusters": "OpenStackCluster",
+                                  "kubeadmcontrolplanes": "KubeadmControlPlane",
+                                  "machinedeployments": "MachineDeployment", "machines": "Machine",
+                                  "helmreleaseproxies": "HelmReleaseProxy"}[plural])
+            objs.append(o)
+    with open(path, "w") as f:
+        json.dump(objs, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+def management_cluster_holds(sim, clusters):
+    """What the management cluster holds for the fleet, from its own
+    metrics: kube-apiserver's Go heap (in use; RSS also counts what the Go
+    runtime has not returned), the objects it stores by resource, and etcd's
+    database (in use, and the file with the history not yet compacted and
+    defragmented), each also per cluster."""
+    env = sim.cp.env()
+    api = prometheus_text(sim.cp.server + "/metrics", sim.cp.ssl_context())
+    etcd = prometheus_text(f"http://127.0.0.1:{env['ETCD_PORT']}/metrics")
+    objects = {labels.split('resource="', 1)[1].split('"', 1)[0]: int(v)
+               for (name, labels), v in api.items() if name == "apiserver_storage_objects" and v > 0}
+    heap = api.get(("go_memstats_heap_inuse_bytes", ""), 0)
+    in_use = etcd.get(("etcd_mvcc_db_total_size_in_use_in_bytes", ""), 0)
+    db_file = etcd.get(("etcd_mvcc_db_total_size_in_bytes", ""), 0)
+    keys = etcd.get(("etcd_debugging_mvcc_keys_total", ""), 0)
+    per = max(clusters, 1)
+    return dict(
+        apiserver_heap_in_use_mib=round(heap / 2**20, 1), apiserver_heap_kib_per_cluster=round(heap / 1024 / per, 1),
+        etcd_db_in_use_mib=round(in_use / 2**20, 1), etcd_db_file_mib=round(db_file / 2**20, 1),
+        etcd_db_in_use_kib_per_cluster=round(in_use / 1024 / per, 1), etcd_keys=int(keys),
+        etcd_keys_per_cluster=round(keys / per, 1), objects_by_resource=objects,
+        apiserver_args=os.environ.get("K8S_APISERVER_ARGS", ""))
 
 
 def cluster_path(stack_id):
@@ -227,6 +296,10 @@ def main():
                     help="status changes per second on other clusters while latency is sampled")
     ap.add_argument("--sample-interval", type=float, default=0.1,
                     help="seconds between latency samples (the churn runs meanwhile)")
+    ap.add_argument("--dump-cluster", metavar="FILE",
+                    help="write one created cluster's watched objects here (mc-cache-bytes' fixture)")
+    ap.add_argument("--apiserver-arg", action="append", default=[],
+                    help="a kube-apiserver flag (repeatable), e.g. --watch-cache-sizes=...")
     ap.add_argument("--restart-samples", type=int, default=100,
                     help="clusters changed while the conductor is down (restart catch-up)")
     a = ap.parse_args()
@@ -234,6 +307,8 @@ def main():
     # conftest read the variable when it was imported: point it here too.
     conftest.CONDUCTOR_BIN = a.conductor
     k8s.SIM_BIN = a.sim
+    if a.apiserver_arg:
+        os.environ["K8S_APISERVER_ARGS"] = " ".join(a.apiserver_arg)
     tmp = tempfile.mkdtemp(prefix="bench-status-")
     sim = k8s.Sim(pathlib.Path(tmp), "v1beta1", 200, namespace=NS)
     kubeconfig = sim.kubeconfig
@@ -298,6 +373,10 @@ def main():
         calls_during_creates = probe.stop()
         failed = s.get("CREATE_FAILED", 0)
         rss_created = rss_mib(conductor.proc.pid)
+        if a.dump_cluster:
+            with mysql_admin() as conn, conn.cursor() as cur:
+                cur.execute(f"SELECT stack_id FROM `{db}`.cluster WHERE status='CREATE_COMPLETE' ORDER BY id LIMIT 1")
+                dump_cluster(sim, cur.fetchone()[0], a.dump_cluster)
         grown = {}
         if a.total > a.clusters:
             sim.post("/_sim/controllers/pause")
@@ -371,9 +450,15 @@ def main():
                                        max=round(lat[-1], 1)),
                        conductor_rss_mib=rss_mib(conductor.proc.pid), conductor_rss_mib_after_create=rss_created,
                        management_cluster_rss_mib=control_plane_rss(sim),
+                       management_cluster=management_cluster_holds(sim, max(a.total, a.clusters)),
                        apiserver="kube-apiserver v1.28.7 (scripts/k8s-up.sh)",
                        churn_changes=churn.done, churn_per_second=a.churn_per_second, **grown)
         summary["rss_kib_per_cluster"] = round(summary["conductor_rss_mib"] * 1024 / max(a.total, a.clusters), 1)
+        # The allocator's own account (glibc): what the conductor holds, and
+        # what it freed and keeps (RSS less both: code, stacks, libraries).
+        summary["conductor_heap_mib"] = {
+            state: round(conductor.metric("magnum_conductor_heap_bytes", state=state) / 2**20, 1)
+            for state in ("in_use", "free")}
         summary["cache"] = {kind: {k: int(conductor.metric(f"magnum_conductor_status_cache_{k}", kind=kind))
                                    for k in ("objects", "bytes")}
                             for kind in ("Cluster", "OpenStackCluster", "KubeadmControlPlane", "MachineDeployment",

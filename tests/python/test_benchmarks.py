@@ -22,6 +22,8 @@ from k8s import SIM_BIN
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOAD_BIN = os.path.join(os.path.dirname(CONDUCTOR_BIN), "mc-rpc-load")
+CACHE_BYTES_BIN = os.path.join(os.path.dirname(CONDUCTOR_BIN), "mc-cache-bytes")
+CACHE_FIXTURE = os.path.join(ROOT, "tests", "fixtures", "status-cache", "v1beta1.json")
 
 
 def run(script, *args, timeout=900):
@@ -61,6 +63,21 @@ def test_status_benchmark_runs_and_grows_the_fleet():
         f"(+{CACHE_BYTES_MARGIN:.0%}) in {BASELINE}: {s['cache']}")
     assert s["latency_ms"]["samples"] == 4 and s["restart_caught_up_seconds"] > 0, s
     assert s["steady_requests_per_minute"].get("GET", 0) == 0, s
+
+
+def test_status_cache_heap_per_cluster_did_not_grow():
+    """The heap the status cache holds per cluster (mc-cache-bytes: a
+    served cluster's objects filed under 1,000 names, the bytes its
+    allocator counts; exact, so the margin is for changes, not noise)."""
+    p = subprocess.run([CACHE_BYTES_BIN, "--fixture", CACHE_FIXTURE, "--clusters", "1000"], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout)
+    assert got["objects_per_cluster"] == 10, got
+    recorded = baseline()["status_cache_heap_bytes_per_cluster"]
+    assert got["heap_bytes_per_cluster"] <= recorded * (1 + CACHE_BYTES_MARGIN), (
+        f"the status cache's heap is {got['heap_bytes_per_cluster']:.0f} bytes per cluster, over {recorded} "
+        f"recorded (+{CACHE_BYTES_MARGIN:.0%}) in {BASELINE}: {got}")
 
 
 def test_rpc_load_benchmark_runs_against_all_targets():
