@@ -6,6 +6,8 @@
 # change (a Cluster's Ready condition flipped) to the Magnum row (p50/p99).
 # Prints a JSON summary (see docs/benchmarks.md).
 #   scripts/bench-status.sh [--clusters 1000] [--samples 200] [--steady-seconds 60]
+#       [--total 10000] [--churn-per-second 20] [--restart-samples 100]
+#       [--apiserver-arg=--watch-cache=false]... [--dump-cluster FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exports="$(scripts/setup-env.sh | tail -n 1)"  # a failure stops here (eval of nothing would not)
