@@ -23,7 +23,9 @@
 pub const SERVICE_LABEL: &str = "magnum.openstack.org/api-proxy";
 /// The label on a proxy host's EndpointSlices: the host.
 pub const HOST_LABEL: &str = "magnum.openstack.org/api-proxy-host";
-/// `endpointslice.kubernetes.io/managed-by` of the proxy's slices (the
+/// The EndpointSlice label naming the slice's manager.
+pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
+/// [`MANAGED_BY_LABEL`] of the proxy's slices (the
 /// EndpointSlice controller leaves slices of other managers alone).
 pub const MANAGED_BY: &str = "magnum-capi-proxy.openstack.org";
 /// The Service's port (the slices carry each proxy's own port).

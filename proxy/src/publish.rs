@@ -29,7 +29,7 @@ use crate::plan::ServiceRef;
 /// `kubernetes.io/service-name`.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// `endpointslice.kubernetes.io/managed-by`.
-pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
+pub const MANAGED_BY_LABEL: &str = common::api_proxy::MANAGED_BY_LABEL;
 
 /// The EndpointSlice host `host` publishes for `svc`: it reaches the
 /// cluster at `advertise`.

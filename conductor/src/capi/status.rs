@@ -88,7 +88,7 @@ fn proxy_blocker(o: &Observed) -> Option<String> {
         return None;
     }
     let ready = o.api_slices.iter().any(|s| {
-        label(s, "endpointslice.kubernetes.io/managed-by") == Some(common::api_proxy::MANAGED_BY)
+        label(s, common::api_proxy::MANAGED_BY_LABEL) == Some(common::api_proxy::MANAGED_BY)
             && common::api_proxy::slice_ready(s)
     });
     if ready {

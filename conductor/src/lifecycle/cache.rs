@@ -77,7 +77,7 @@ const READ_LABELS: [&str; 7] = [
     DEPLOYMENT_NAME_LABEL,
     OWNED_LABEL,
     MD_NAME_LABEL,
-    "endpointslice.kubernetes.io/managed-by",
+    common::api_proxy::MANAGED_BY_LABEL,
 ];
 
 /// Keep only the fields of `o` that [`crate::capi::status::map`] and
@@ -526,6 +526,43 @@ mod tests {
                           "phase": "Running", "observedGeneration": 1}})
     }
 
+    /// Targets of a control plane and one worker group (`default-worker`),
+    /// each (replicas, version).
+    fn targets(cp: (i64, &str), worker: (i64, &str), proxied: bool) -> Targets {
+        Targets {
+            control_plane: GroupTarget {
+                replicas: Some(cp.0),
+                version: cp.1.into(),
+                ..GroupTarget::default()
+            },
+            workers: vec![GroupTarget {
+                key: "default-worker".into(),
+                replicas: Some(worker.0),
+                version: worker.1.into(),
+                ..GroupTarget::default()
+            }],
+            proxied,
+        }
+    }
+
+    /// The mapper's view of every operation is the same from the full
+    /// objects and from the cache.
+    fn assert_maps_the_same(full: &Observed, cached: &Observed, targets: &Targets, what: &str) {
+        let clock = Clock {
+            elapsed_min: 3,
+            create_timeout_min: 60,
+            stalled_min: 0,
+            update_timeout_min: 60,
+        };
+        for op in [Operation::Create, Operation::Update, Operation::Delete] {
+            assert_eq!(
+                status::map(op, full, targets, clock),
+                status::map(op, cached, targets, clock),
+                "{op:?} {what}"
+            );
+        }
+    }
+
     #[test]
     fn objects_are_filed_under_their_cluster_and_move_with_their_label() {
         let mut c = Cache::default();
@@ -714,33 +751,12 @@ mod tests {
         assert_eq!(cached.machines.len(), 2);
         assert_eq!(cached.helm_releases.len(), 4);
         for (replicas, version) in [(1, "v1.30.4"), (3, "v1.31.1")] {
-            let targets = Targets {
-                control_plane: GroupTarget {
-                    replicas: Some(replicas),
-                    version: version.into(),
-                    ..GroupTarget::default()
-                },
-                workers: vec![GroupTarget {
-                    key: "default-worker".into(),
-                    replicas: Some(replicas),
-                    version: version.into(),
-                    ..GroupTarget::default()
-                }],
-                proxied: false,
-            };
-            let clock = Clock {
-                elapsed_min: 3,
-                create_timeout_min: 60,
-                stalled_min: 0,
-                update_timeout_min: 60,
-            };
-            for op in [Operation::Create, Operation::Update, Operation::Delete] {
-                assert_eq!(
-                    status::map(op, &full, &targets, clock),
-                    status::map(op, &cached, &targets, clock),
-                    "{op:?} {replicas} {version}"
-                );
-            }
+            assert_maps_the_same(
+                &full,
+                &cached,
+                &targets((replicas, version), (replicas, version), false),
+                &format!("{replicas} {version}"),
+            );
         }
         assert_eq!(
             c.uuid_of(&ns, &name).flatten().as_deref(),
@@ -838,33 +854,12 @@ mod tests {
         c.apply(Role::HelmRelease, hrp);
         c.apply(Role::ApiSlice, slice);
         let cached = c.observed(NS, "k");
-        let targets = Targets {
-            control_plane: GroupTarget {
-                replicas: Some(3),
-                version: "v1.31.1".into(),
-                ..GroupTarget::default()
-            },
-            workers: vec![GroupTarget {
-                key: "default-worker".into(),
-                replicas: Some(2),
-                version: "v1.30.4".into(),
-                ..GroupTarget::default()
-            }],
-            proxied: true,
-        };
-        let clock = Clock {
-            elapsed_min: 3,
-            create_timeout_min: 60,
-            stalled_min: 0,
-            update_timeout_min: 60,
-        };
-        for op in [Operation::Create, Operation::Update, Operation::Delete] {
-            assert_eq!(
-                status::map(op, &full, &targets, clock),
-                status::map(op, &cached, &targets, clock),
-                "{op:?}"
-            );
-        }
+        assert_maps_the_same(
+            &full,
+            &cached,
+            &targets((3, "v1.31.1"), (2, "v1.30.4"), true),
+            "a rollout",
+        );
         assert_eq!(
             cached.machine_deployments[0]["spec"], full.machine_deployments[0]["spec"],
             "the plan reads a MachineDeployment's whole spec"
