@@ -163,7 +163,7 @@ def start_cloud(tmp, ks, manila=False):
             for name in MANILA_SHARE_TYPES:
                 ok(call("POST", f"{share.url}/types", admin, {"share_type": {
                     "name": name, "share_type_access:is_public": True,
-                    "extra_specs": {"driver_handles_share_servers": "false"}}},
+                    "extra_specs": {"driver_handles_share_servers": "false", "snapshot_support": "true"}}},
                     {"X-OpenStack-Manila-API-Version": "2.60"}), 200)
     except BaseException:
         for service in services:

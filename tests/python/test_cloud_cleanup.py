@@ -15,7 +15,9 @@ workload cluster's real apiserver it plays OCCM and Cinder CSI with the
 addons' values: a Service of type LoadBalancer gets its load balancer
 `kube_service_<cluster>_<ns>_<svc>` on the cluster's subnet, whose VIP
 port is a real Neutron port (the suite's Octavia provider makes it as
-Octavia's allowed-address-pairs driver does), and its floating IP; a
+Octavia's allowed-address-pairs driver does), a listener, a pool of the
+cluster's `octavia_lb_algorithm` and, with `octavia_lb_healthcheck`, a
+TCP health monitor (Octavia's API validates each), and its floating IP; a
 claim gets its Cinder volume with `cinder.csi.openstack.org/cluster`.
 
 Made here through the real APIs with OCCM's and CSI's names and texts
@@ -250,10 +252,13 @@ def kubectl(kc, *args, manifest=None):
     return json.loads(out.stdout) if "-o" in args and "json" in args else out.stdout
 
 
-def expose(env, c, stack_id, identity, service="default/web"):
+def expose(env, c, stack_id, identity, service="default/web", lb_method="ROUND_ROBIN", monitor=True):
     """A Service of type LoadBalancer in the cluster's own apiserver; once
     simulated OCCM has answered it: (load balancer, floating IP) ids, from
-    Octavia and Neutron."""
+    Octavia and Neutron. Its pool has the algorithm of the cluster's
+    `octavia_lb_algorithm` and a TCP health monitor when
+    `octavia_lb_healthcheck` (OCCM's `lb-method`, `create-monitor` as the
+    conductor renders them), as the real Octavia API accepted them."""
     kc = workload(env, c, stack_id)
     ns, name = service.split("/")
     if ns != "default":
@@ -275,6 +280,12 @@ def expose(env, c, stack_id, identity, service="default/web"):
     assert lb[0]["description"] == f"Kubernetes external service {service} from cluster {identity}"
     fip = api(c, "neutron", "GET", f"/v2.0/floatingips?port_id={lb[0]['vip_port_id']}")["floatingips"]
     assert [f["floating_ip_address"] for f in fip] == [ingress[0]["ip"]]
+    pools = api(c, "octavia", "GET", f"/v2/lbaas/pools?name=pool_0_{lb_name}")["pools"]
+    assert [(p["lb_algorithm"], p["protocol"], p["loadbalancers"]) for p in pools] == \
+        [(lb_method, "TCP", [{"id": lb[0]["id"]}])], pools
+    monitors = api(c, "octavia", "GET", f"/v2/lbaas/healthmonitors?pool_id={pools[0]['id']}")["healthmonitors"]
+    assert [(m["name"], m["type"], m["delay"], m["timeout"], m["max_retries"]) for m in monitors] == \
+        ([(f"monitor_0_{lb_name}", "TCP", 5, 3, 1)] if monitor else []), monitors
     return lb[0]["id"], fip[0]["id"]
 
 
@@ -518,8 +529,10 @@ def test_kill_9_during_the_cleanup_then_restart_finishes(env, cloud):
 def test_keep_policy_keeps_volumes_findable_by_the_identity(env, cloud):
     on_line(env, "v1beta1")
     c = cloud
-    uuid, stack_id = created(env, c, labels={"volumes_policy": "keep"})
-    expose(env, c, stack_id, uuid)
+    # ... and OCCM's pools with the cluster's algorithm and no monitor.
+    uuid, stack_id = created(env, c, labels={"volumes_policy": "keep", "octavia_lb_algorithm": "LEAST_CONNECTIONS",
+                                             "octavia_lb_healthcheck": "false"})
+    expose(env, c, stack_id, uuid, lb_method="LEAST_CONNECTIONS", monitor=False)
     occm_resources(c, uuid, "shop/api")
     vols = {claim(env, c, stack_id, f"data-{i}") for i in range(2)}
     snap = snapshot(c, sorted(vols)[0], uuid)

@@ -15,6 +15,9 @@ does nothing, or raises):
   new template's flavors roll every machine onto them (vertical resize);
   downgrade, minor skip, unrollable change and a concurrent upgrade
   refused with nothing changed in the DB or the simulator;
+- an upgrade to a template whose other labels differ: inherited labels
+  follow it (control plane rolled, addons switched on and off), the
+  cluster's own values and what cannot change stay, named at UPDATE_COMPLETE;
 - node groups: create (own flavor, labels, taints, bounds), resize, update,
   delete; deleting a default group refused;
 - autoscaling: annotations, the autoscaler's count reflected and not reverted;
@@ -389,6 +392,77 @@ def test_upgrade(env):
     assert {flavor(m) for m in machines(env, "default-worker", uuid)} == {"m1.large"}
     assert {flavor(m) for m in cp_machines(env, stack)} == {"m1.xlarge"}
     assert len(ng(g, "default-worker")["node_addresses"]) == 3
+    delete(env, uuid)
+
+
+def args_of(v):
+    """kubeadm extraArgs in either line's shape, as a dict."""
+    return v if isinstance(v, dict) else {a["name"]: a["value"] for a in v}
+
+
+def test_upgrade_follows_the_new_templates_labels(env):
+    """An upgrade to a template whose other labels differ
+    (conductor/src/capi/label_upgrade.rs): a label the cluster inherited
+    follows the new template (audit logs switched on in the control plane,
+    metrics-server's HelmChartProxy and its release gone, the monitoring
+    stack's added, a label the new template drops dropped); a value the
+    cluster was given at create stays, and so does an inherited label that
+    cannot change on a running cluster (the pod network); both are named in
+    status_reason at UPDATE_COMPLETE."""
+    a_labels = {"kube_tag": "v1.30.4", "auto_healing_enabled": "true", "audit_log_enabled": "false",
+                "metrics_server_enabled": "true", "calico_ipv4pool": "10.100.0.0/16",
+                "boot_volume_size": "20", "octavia_lb_algorithm": "ROUND_ROBIN"}
+    b_labels = {"kube_tag": "v1.31.2", "auto_healing_enabled": "true", "audit_log_enabled": "true",
+                "metrics_server_enabled": "false", "monitoring_enabled": "true",
+                "calico_ipv4pool": "10.200.0.0/16", "boot_volume_size": "40"}
+    ta = env.client("template", json.dumps(dict(TEMPLATE, name="k8s-labels-a", labels=a_labels)))["uuid"]
+    tb = env.client("template", json.dumps(dict(T131, name="k8s-labels-b", labels=b_labels)))["uuid"]
+    # The user's own boot volume size at create (labels merged as magnum-api does).
+    req = {"master_count": 1, "node_count": 1, "cluster": {"labels": dict(a_labels, boot_volume_size="30")}}
+    uuid = env.client("create", ta, json.dumps(req))["uuid"]
+    got, seen = env.wait(uuid, settled)
+    assert got["cluster"]["status"] == "CREATE_COMPLETE", seen
+    assert got["cluster"]["status_reason"] is None, "no note at create: the user's values are not news"
+    stack = got["cluster"]["stack_id"]
+    sel = f"{UUID_LABEL}={uuid}"
+    hcp_api = "addons.cluster.x-k8s.io/v1alpha1"
+
+    def releases():
+        return sorted(h["spec"]["releaseName"] for h in env.sim.items(hcp_api, "helmchartproxies", sel))
+    assert "metrics-server" in releases() and "monitoring" not in releases()
+
+    r = env.client("upgrade", uuid, tb, "1")
+    assert "error" not in r, r
+    g, seen = env.wait(uuid, lambda g: settled(g) and g["cluster"]["status"] != "CREATE_COMPLETE")
+    c = g["cluster"]
+    assert c["status"] == "UPDATE_COMPLETE", seen
+    assert c["labels"] == {"kube_tag": "v1.31.2", "auto_healing_enabled": "true", "audit_log_enabled": "true",
+                           "metrics_server_enabled": "false", "monitoring_enabled": "true",
+                           "calico_ipv4pool": "10.100.0.0/16", "boot_volume_size": "30"}, c["labels"]
+    assert c["status_reason"] == (
+        'complete; labels not as template k8s-labels-b gives them: boot_volume_size="30" (template: "40"); '
+        'calico_ipv4pool="10.100.0.0/16" (template: "10.200.0.0/16", kept: the pod network cannot change '
+        'on a running cluster)'), c["status_reason"]
+    # The control plane rolled with the audit log on.
+    kcp = env.sim.items(env.kcp_api, "kubeadmcontrolplanes", sel)[0]
+    flags = args_of(kcp["spec"]["kubeadmConfigSpec"]["clusterConfiguration"]["apiServer"]["extraArgs"])
+    assert "audit-log-path" in flags and flags["audit-log-maxage"] == "30", flags
+    # The addons: metrics-server's proxy and CAAPH's release of it gone
+    # (the release is owned by its proxy: the real kube-controller-manager's
+    # garbage collector), the monitoring stack's made.
+    assert releases() == ["cinder-csi", "cni-calico", "monitoring", "openstack-ccm"], releases()
+    deadline = time.time() + 60
+    while any(h["spec"]["releaseName"] == "metrics-server"
+              for h in env.sim.items(hcp_api, "helmreleaseproxies", f"cluster.x-k8s.io/cluster-name={stack}")):
+        assert time.time() < deadline, "metrics-server's HelmReleaseProxy outlived its proxy"
+        time.sleep(0.2)
+    # Kept: the pod network (Cluster and CNI) and the user's boot volume.
+    cl = env.sim.get(f"/apis/{env.sim.capi}/namespaces/{NAMESPACE}/clusters/{stack}")
+    assert cl["spec"]["clusterNetwork"]["pods"]["cidrBlocks"] == ["10.100.0.0/16"]
+    [calico] = [h for h in env.sim.items(hcp_api, "helmchartproxies", sel) if h["spec"]["releaseName"] == "cni-calico"]
+    assert "cidr: 10.100.0.0/16" in calico["spec"]["valuesTemplate"]
+    osmts = env.sim.items(INFRA, "openstackmachinetemplates", sel)
+    assert osmts and {t["spec"]["template"]["spec"]["rootVolume"]["sizeGiB"] for t in osmts} == {30}, osmts
     delete(env, uuid)
 
 

@@ -16,7 +16,8 @@ the Keystone webhook's kubeconfig is read by that apiserver, its objects are
 in the ClusterResourceSet CAPI binds to the cluster; Manila CSI's
 StorageClasses are one per share type the real Manila API (23.0.0) shows the
 cluster's credential, and the delete deletes the cluster's Manila shares (by
-Manila CSI's metadata) and no other;
+Manila CSI's metadata) and no other, each share's snapshots first (Manila
+refuses a share that has one), a kept share's snapshots kept with it;
 OCCM's values carry the load balancer labels. Deleting the cluster leaves
 no server group of it in Nova (the clean-up deletes them), and nothing of
 it in the management cluster."""
@@ -134,6 +135,13 @@ def manila_shares(env, token):
     status, _, body = call("GET", f"{env.cloud['manila'].url}/shares/detail", token, headers=MANILA)
     assert status == 200, status
     return {s["name"]: s for s in body["shares"]}
+
+
+def manila_snapshots(env, token):
+    """The project's Manila share snapshots, by name."""
+    status, _, body = call("GET", f"{env.cloud['manila'].url}/snapshots/detail", token, headers=MANILA)
+    assert status == 200, status
+    return {s["name"]: s for s in body["snapshots"]}
 
 
 def test_every_implemented_label_at_once(env):
@@ -311,6 +319,20 @@ def test_every_implemented_label_at_once(env):
     while {manila_shares(env, alice).get(n, {}).get("status") for n in made} != {"available"}:
         assert time.time() < deadline, manila_shares(env, alice)
         time.sleep(0.5)
+    # A snapshot of each, as Manila CSI makes one for a VolumeSnapshot
+    # (cloud-provider-openstack `pkg/csi/manila/snapshot.go`
+    # `getOrCreateSnapshot`: a name, this description, no cluster mark):
+    # Manila refuses to delete a share that has one.
+    shares = manila_shares(env, alice)
+    snaps = {f"snapshot-{n}": shares[n]["id"] for n in made}
+    for name, share_id in snaps.items():
+        status, _, body = call("POST", f"{env.cloud['manila'].url}/snapshots", alice, {"snapshot": {
+            "share_id": share_id, "name": name, "description": "snapshotted-by=manila.csi.openstack.org"}},
+            MANILA)
+        assert status == 202, (status, body)
+    while {manila_snapshots(env, alice).get(n, {}).get("status") for n in snaps} != {"available"}:
+        assert time.time() < deadline, manila_snapshots(env, alice)
+        time.sleep(0.5)
 
     # Delete: no server group of the cluster's left in Nova.
     env.coe("cluster", "delete", "all")
@@ -319,8 +341,20 @@ def test_every_implemented_label_at_once(env):
     assert left == [], left
     # Its Manila share went with it (volumes_policy=delete); the one marked
     # to keep and the other cluster's stay.
+    # Its share's snapshot went first; the kept share's and the other
+    # cluster's stay.
     have = manila_shares(env, alice)
     assert f"pvc-{uuid[:8]}" not in have, have
+    have_snaps = manila_snapshots(env, alice)
+    assert sorted(have_snaps) == [f"snapshot-pvc-kept-{uuid[:8]}", f"snapshot-pvc-other-{uuid[:8]}"], have_snaps
+    for snap in have_snaps.values():
+        assert snap["status"] == "available", snap
+        status, _, _ = call("DELETE", f"{env.cloud['manila'].url}/snapshots/{snap['id']}", alice, headers=MANILA)
+        assert status == 202, status
+    deadline = time.time() + 60
+    while manila_snapshots(env, alice):
+        assert time.time() < deadline, manila_snapshots(env, alice)
+        time.sleep(0.5)
     for name in (f"pvc-kept-{uuid[:8]}", f"pvc-other-{uuid[:8]}"):
         assert have[name]["status"] == "available", have[name]
         status, _, _ = call("DELETE", f"{env.cloud['manila'].url}/shares/{have[name]['id']}", alice,

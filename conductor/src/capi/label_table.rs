@@ -689,7 +689,10 @@ pub fn markdown() -> String {
          \"—\": that driver does not read the label. A refused label fails the create with a \
          reason naming it; an ignored or unknown one is named in the cluster's \
          `status_reason` once it is complete (`[capi] unknown_labels = error` refuses \
-         unknown ones instead).\n\n\
+         unknown ones instead). An upgrade to another template moves the labels the \
+         cluster inherited to the new template's values and keeps those it was given at \
+         create, and those that cannot change on a running cluster (docs/lifecycle.md, \
+         `cluster_upgrade`).\n\n\
          | label | meaning | vexxhost | capi-helm | this conductor |\n\
          |---|---|---|---|---|\n",
     );

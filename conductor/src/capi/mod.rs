@@ -2,6 +2,7 @@
 //!
 //! - [`labels`]: which cluster labels we honour, refuse or ignore;
 //! - [`infra_labels`]: those about placement, networks, storage, load balancers and auditing;
+//! - [`label_upgrade`]: what an upgrade to another template does to the labels;
 //! - [`naming`]: `stack_id`, namespaces and object names;
 //! - [`render`]: the CAPI objects of a cluster, for either CAPI line;
 //! - [`addons`]: CNI, cloud-controller-manager and Cinder CSI as HelmChartProxies;
@@ -15,6 +16,7 @@ pub mod autoscaler;
 pub mod infra_labels;
 pub mod keystone_auth;
 pub mod label_table;
+pub mod label_upgrade;
 pub mod label_values;
 pub mod labels;
 pub mod manila;

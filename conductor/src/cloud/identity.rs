@@ -186,6 +186,7 @@ pub struct Inventory {
     pub snapshots: Vec<Snapshot>,
     pub server_groups: Vec<ServerGroup>,
     pub shares: Vec<Share>,
+    pub share_snapshots: Vec<ShareSnapshot>,
 }
 
 /// A Manila share (`shares/detail`).
@@ -197,6 +198,19 @@ pub struct Share {
     pub metadata: BTreeMap<String, String>,
 }
 
+/// A Manila share snapshot (`snapshots/detail`). Manila CSI's carry no
+/// cluster mark (cloud-provider-openstack `pkg/csi/manila/snapshot.go`
+/// `getOrCreateSnapshot`: a name and the description
+/// `snapshotted-by=manila.csi.openstack.org`): one is the cluster's when
+/// its share is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShareSnapshot {
+    pub id: String,
+    pub name: String,
+    pub status: String,
+    pub share_id: String,
+}
+
 /// The kinds the clean-up deletes, in its order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
@@ -205,6 +219,7 @@ pub enum Kind {
     SecurityGroup,
     Snapshot,
     Volume,
+    ShareSnapshot,
     Share,
     ServerGroup,
 }
@@ -217,6 +232,7 @@ impl Kind {
             Kind::SecurityGroup => "security_group",
             Kind::Snapshot => "snapshot",
             Kind::Volume => "volume",
+            Kind::ShareSnapshot => "share_snapshot",
             Kind::Share => "share",
             Kind::ServerGroup => "server_group",
         }
@@ -228,6 +244,7 @@ impl Kind {
             Kind::SecurityGroup => "security group",
             Kind::Snapshot => "snapshot",
             Kind::Volume => "volume",
+            Kind::ShareSnapshot => "Manila share snapshot",
             Kind::Share => "Manila share",
             Kind::ServerGroup => "server group",
         }
@@ -371,6 +388,10 @@ fn snapshot_deletable(status: &str) -> bool {
 fn share_deletable(status: &str) -> bool {
     matches!(status, "available" | "error" | "inactive")
 }
+/// ... and a share snapshot from these (`share/api.py`, `delete_snapshot`).
+fn share_snapshot_deletable(status: &str) -> bool {
+    matches!(status, "available" | "error")
+}
 
 /// Whether this conductor made this server group for this cluster
 /// (`server_group_policies`): `magnum-<cluster uuid>-<group>`
@@ -500,22 +521,52 @@ pub fn plan(scope: &Scope, inv: &Inventory) -> Plan {
         }
     }
     // Manila CSI's shares (`manila_csi_enabled`), by the identity in their
-    // metadata, kept by the volume policy or a keep mark as volumes are.
-    for sh in &inv.shares {
-        if scope.legacy()
-            || sh.metadata.get(MANILA_CLUSTER_KEY).map(String::as_str) != Some(&scope.identity)
-        {
+    // metadata, kept by the volume policy or a keep mark as volumes are;
+    // their snapshots go first (Manila refuses to delete a share that has
+    // any: `share/api.py` `delete`, "Share still has N dependent
+    // snapshots"), and stay with a kept share (they are its data).
+    let ours = |sh: &&Share| {
+        !scope.legacy()
+            && sh.metadata.get(MANILA_CLUSTER_KEY).map(String::as_str) == Some(&scope.identity)
+    };
+    let kept_share = |sh: &Share| scope.volumes == VolumesPolicy::Keep || marked_keep(&sh.metadata);
+    let mut shares_with_snapshots: BTreeSet<&str> = BTreeSet::new();
+    for snap in &inv.share_snapshots {
+        let Some(sh) = inv
+            .shares
+            .iter()
+            .filter(ours)
+            .find(|sh| sh.id == snap.share_id)
+        else {
+            continue;
+        };
+        let item = Item {
+            kind: Kind::ShareSnapshot,
+            id: snap.id.clone(),
+            label: name_or_id(&snap.name, &snap.id),
+            status: snap.status.clone(),
+        };
+        if kept_share(sh) {
+            p.keep.push(item);
             continue;
         }
+        shares_with_snapshots.insert(sh.id.as_str());
+        if share_snapshot_deletable(&snap.status) {
+            p.delete.push(item);
+        } else {
+            p.wait.push(item);
+        }
+    }
+    for sh in inv.shares.iter().filter(ours) {
         let item = Item {
             kind: Kind::Share,
             id: sh.id.clone(),
             label: name_or_id(&sh.name, &sh.id),
             status: sh.status.clone(),
         };
-        if scope.volumes == VolumesPolicy::Keep || marked_keep(&sh.metadata) {
+        if kept_share(sh) {
             p.keep.push(item);
-        } else if share_deletable(&sh.status) {
+        } else if share_deletable(&sh.status) && !shares_with_snapshots.contains(sh.id.as_str()) {
             p.delete.push(item);
         } else {
             p.wait.push(item);
@@ -767,6 +818,69 @@ mod tests {
         let p = plan(&keep, &inv);
         assert!(p.delete.is_empty() && ids(&p.keep) == ["1", "2", "5"]);
         assert!(plan(&scope(LEGACY_IDENTITY), &inv).done());
+    }
+
+    #[test]
+    fn a_shares_snapshots_go_before_it_and_stay_with_a_kept_share() {
+        let share = |id: &str, m: &[(&str, &str)]| Share {
+            id: id.into(),
+            name: format!("pvc-{id}"),
+            status: "available".into(),
+            metadata: meta(m),
+        };
+        let snap = |id: &str, share: &str, status: &str| ShareSnapshot {
+            id: id.into(),
+            name: format!("snapshot-{id}"),
+            status: status.into(),
+            share_id: share.into(),
+        };
+        let mut inv = Inventory {
+            shares: vec![
+                share("1", &[(MANILA_CLUSTER_KEY, A)]),
+                share(
+                    "2",
+                    &[(MANILA_CLUSTER_KEY, A), (KEEP_PROPERTIES[0], "true")],
+                ),
+                share("3", &[(MANILA_CLUSTER_KEY, B)]),
+            ],
+            share_snapshots: vec![
+                snap("s1", "1", "available"),
+                snap("s2", "1", "creating"),
+                snap("s3", "2", "available"),
+                snap("s4", "3", "available"),
+            ],
+            ..Inventory::default()
+        };
+        let by = |items: &[Item]| {
+            items
+                .iter()
+                .map(|i| (i.kind, i.id.clone()))
+                .collect::<Vec<_>>()
+        };
+        let p = plan(&scope(A), &inv);
+        // The snapshot that can go goes; the share waits for both of its.
+        assert_eq!(by(&p.delete), [(Kind::ShareSnapshot, "s1".into())]);
+        assert_eq!(
+            by(&p.wait),
+            [
+                (Kind::ShareSnapshot, "s2".into()),
+                (Kind::Share, "1".into())
+            ]
+        );
+        assert_eq!(
+            by(&p.keep),
+            [
+                (Kind::ShareSnapshot, "s3".into()),
+                (Kind::Share, "2".into())
+            ]
+        );
+        // Another cluster's share's snapshot is never named.
+        assert!(!p.delete.iter().chain(&p.wait).any(|i| i.id == "s4"));
+        // Once its snapshots are gone, the share goes.
+        inv.share_snapshots.retain(|s| s.share_id != "1");
+        let p = plan(&scope(A), &inv);
+        assert_eq!(by(&p.delete), [(Kind::Share, "1".into())]);
+        assert!(p.wait.is_empty());
     }
 
     #[test]

@@ -151,6 +151,79 @@ impl Engine {
         Ok(objects)
     }
 
+    /// Delete the cluster's addon objects that `rendered` no longer has
+    /// (an upgrade's labels switched an addon off): its HelmChartProxies
+    /// (CAAPH uninstalls their releases from the workload cluster:
+    /// cluster-api-addon-provider-helm `helmchartproxy_controller.go`
+    /// `reconcileDelete` deletes the HelmReleaseProxies, whose controller
+    /// uninstalls), and its ClusterResourceSets with the ConfigMap or Secret
+    /// each holds (CAPI never removes from the workload cluster what a
+    /// ClusterResourceSet applied: `clusterresourceset_controller.go`
+    /// `reconcileDelete` only drops the bindings). Only objects labelled
+    /// with the cluster's uuid and named after its stack id are looked at.
+    /// Returns the names deleted.
+    pub(in crate::lifecycle) async fn prune_addons(
+        &self,
+        input: &crate::capi::render::ClusterInput,
+        rendered: &[Value],
+    ) -> Result<Vec<String>, StepError> {
+        use crate::capi::render::UUID_LABEL;
+        use kube::api::{DeleteParams, ListParams};
+        let keep = |kind: &str, name: &str| {
+            rendered
+                .iter()
+                .any(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        };
+        let prefix = format!("{}-", input.stack_id);
+        let lp = ListParams::default().labels(&format!("{UUID_LABEL}={}", input.cluster_uuid));
+        let dp = DeleteParams::background();
+        let mut gone = Vec::new();
+        for (av, kind, plural) in [
+            (HCP_API, "HelmChartProxy", "helmchartproxies"),
+            (
+                self.0.line.addons_api(),
+                "ClusterResourceSet",
+                "clusterresourcesets",
+            ),
+        ] {
+            let api = dynamic_api(&self.0.client, &input.namespace, av, kind, plural);
+            let listed = crate::mgmt::with_retries("list addons", || api.list(&lp)).await?;
+            for o in listed.items {
+                let Some(name) = o.metadata.name.clone() else {
+                    continue;
+                };
+                if !name.starts_with(&prefix) || keep(kind, &name) {
+                    continue;
+                }
+                let mut doomed = vec![(av, kind, plural, name.clone())];
+                if kind == "ClusterResourceSet" {
+                    for r in o.data["spec"]["resources"].as_array().into_iter().flatten() {
+                        let (Some(k), Some(n)) = (r["kind"].as_str(), r["name"].as_str()) else {
+                            continue;
+                        };
+                        match k {
+                            "ConfigMap" => doomed.push(("v1", "ConfigMap", "configmaps", n.into())),
+                            "Secret" => doomed.push(("v1", "Secret", "secrets", n.into())),
+                            _ => {}
+                        }
+                    }
+                }
+                for (av, kind, plural, name) in doomed {
+                    let api = dynamic_api(&self.0.client, &input.namespace, av, kind, plural);
+                    match crate::mgmt::with_retries("delete addon", || api.delete(&name, &dp)).await
+                    {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(s)) if s.code == 404 => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                    tracing::info!(cluster = %input.cluster_uuid, kind, name = %name, "addon switched off: deleted");
+                    gone.push(format!("{kind}/{name}"));
+                }
+            }
+        }
+        Ok(gone)
+    }
+
     /// The Manila share types the cluster's credential sees (a StorageClass
     /// each). None is a refusal: a share network without a share type to
     /// create shares of would give StorageClasses that cannot work.

@@ -175,6 +175,23 @@ impl Credentials {
         matches!(self.source, Source::Keystone(_))
     }
 
+    /// The application credential stored for a cluster, if any: (id,
+    /// secret, auth_url), from its credentials Secret.
+    async fn stored_parts(
+        client: &kube::Client,
+        namespace: &str,
+        stack_id: &str,
+    ) -> Result<Option<(String, Secret, String)>, CredentialError> {
+        let secrets: Api<KubeSecret> = Api::namespaced(client.clone(), namespace);
+        let name = object_name(stack_id, "cloud-credentials");
+        Ok(
+            crate::mgmt::with_retries("read credentials", || secrets.get_opt(&name))
+                .await?
+                .as_ref()
+                .and_then(stored),
+        )
+    }
+
     /// The application credential stored for a cluster, if any: (id, auth_url).
     pub async fn stored_for(
         &self,
@@ -182,15 +199,23 @@ impl Credentials {
         namespace: &str,
         stack_id: &str,
     ) -> Result<Option<(String, String)>, CredentialError> {
-        let secrets: Api<KubeSecret> = Api::namespaced(client.clone(), namespace);
-        let name = object_name(stack_id, "cloud-credentials");
-        Ok(
-            crate::mgmt::with_retries("read credentials", || secrets.get_opt(&name))
-                .await?
-                .as_ref()
-                .and_then(stored)
-                .map(|(id, _, url)| (id, url)),
-        )
+        Ok(Self::stored_parts(client, namespace, stack_id)
+            .await?
+            .map(|(id, _, url)| (id, url)))
+    }
+
+    /// The cloud configuration the cluster's addons were given (its stored
+    /// application credential), to render them again (an upgrade whose
+    /// labels change them). None: nothing stored.
+    pub async fn stored_cloud(
+        &self,
+        client: &kube::Client,
+        namespace: &str,
+        stack_id: &str,
+    ) -> Result<Option<CloudConfig>, CredentialError> {
+        Ok(Self::stored_parts(client, namespace, stack_id)
+            .await?
+            .map(|(id, secret, url)| self.cloud(url, id, secret)))
     }
 
     /// A new application credential for the requesting user (rotation):

@@ -176,9 +176,25 @@ pub fn label_warnings(cluster: &MagnumObject, template: &MagnumObject) -> Vec<St
 
 /// What a complete cluster's `status_reason` says about its labels: those
 /// ignored (unknown, or with no meaning here), so the user sees them, not
-/// only the conductor's log. None when every label was honoured.
-pub fn label_note(cluster: &MagnumObject, template: &MagnumObject) -> Option<String> {
-    let w = label_warnings(cluster, template);
+/// only the conductor's log; after an update (`updated`), also the labels
+/// it keeps with another value than its template's (an upgrade's labels:
+/// [`crate::capi::label_upgrade::note`]). None when there is nothing to say.
+pub fn label_note(
+    cluster: &MagnumObject,
+    template: &MagnumObject,
+    updated: bool,
+) -> Option<String> {
+    let mut w = label_warnings(cluster, template);
+    if updated
+        && let (Some(c), Some(t)) = (
+            cluster.get("labels").and_then(Value::as_object),
+            template.get("labels").and_then(Value::as_object),
+        )
+        && let Some(n) =
+            crate::capi::label_upgrade::note(c, t, template.get_str("name").unwrap_or_default())
+    {
+        w.push(n);
+    }
     (!w.is_empty()).then(|| format!("complete; {}", w.join("; ")))
 }
 

@@ -57,9 +57,13 @@
 //! the claim bound to it (what kube-controller-manager's PV controller
 //! does, which the workload apiserver does not run).
 //!
-//! Simplified: plain HTTP to the test services; no members, pools or
-//! health monitors; OCCM security groups only when the cloud.conf asks for
-//! them (`manage-security-groups`, off in what the conductor renders).
+//! Per port, OCCM's pool with the configured `lb-method` and, with
+//! `create-monitor`, its health monitor (`ensureOctaviaPool`,
+//! `ensureOctaviaHealthMonitor`): Octavia's API validates them.
+//!
+//! Simplified: plain HTTP to the test services; no pool members (no
+//! nodes); OCCM security groups only when the cloud.conf asks for them
+//! (`manage-security-groups`, off in what the conductor renders).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -1265,11 +1269,66 @@ impl Cloud {
                     "listeners",
                 )
                 .await?;
-            if have.is_none() {
-                let project = os.project(c).await?;
-                os.req(c, "load-balancer", "POST", "/v2/lbaas/listeners", Some(json!({"listener": {
-                    "name": lname, "loadbalancer_id": id, "protocol": p.protocol.clone().unwrap_or_else(|| "TCP".into()),
-                    "protocol_port": p.port, "project_id": project}})))
+            let protocol = p.protocol.clone().unwrap_or_else(|| "TCP".into());
+            let listener = match have {
+                Some(l) => l,
+                None => {
+                    let project = os.project(c).await?;
+                    let made = os
+                        .req(
+                            c,
+                            "load-balancer",
+                            "POST",
+                            "/v2/lbaas/listeners",
+                            Some(json!({"listener": {
+                        "name": lname, "loadbalancer_id": id, "protocol": protocol,
+                        "protocol_port": p.port, "project_id": project}})),
+                        )
+                        .await?;
+                    lb = os.lb_active(c, &id).await?;
+                    made["listener"].clone()
+                }
+            };
+            let listener_id = listener["id"].as_str().unwrap_or_default().to_string();
+            // The listener's pool (`ensureOctaviaPool`, `buildPoolCreateOpt`:
+            // `pool_<i>_<lb name>`, the listener's protocol, `lb-method`,
+            // which OCCM's config defaults to ROUND_ROBIN) and its health
+            // monitor when `create-monitor` (`ensureOctaviaHealthMonitor`,
+            // `buildMonitorCreateOpts`: `monitor_<i>_<lb name>`, the port's
+            // protocol, the defaults `monitor-delay` 5s, `monitor-timeout` 3s,
+            // `monitor-max-retries` 1, `monitor-max-retries-down` 3). No
+            // members: there are no nodes to add.
+            let pname: String = format!("pool_{i}_{name}").chars().take(255).collect();
+            let pool = os
+                .find(
+                    c,
+                    "load-balancer",
+                    &format!("/v2/lbaas/pools?name={}", enc(&pname)),
+                    "pools",
+                )
+                .await?;
+            let pool = match pool {
+                Some(pool) => pool,
+                None => {
+                    let method = lb_conf
+                        .get("lb-method")
+                        .map(|m| m.to_ascii_uppercase())
+                        .unwrap_or_else(|| "ROUND_ROBIN".into());
+                    let made = os.req(c, "load-balancer", "POST", "/v2/lbaas/pools", Some(json!({"pool": {
+                        "name": pname, "protocol": protocol, "lb_algorithm": method, "listener_id": listener_id}})))
+                        .await?;
+                    lb = os.lb_active(c, &id).await?;
+                    made["pool"].clone()
+                }
+            };
+            let monitor = lb_conf
+                .get("create-monitor")
+                .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+            if monitor && pool["healthmonitor_id"].as_str().is_none_or(str::is_empty) {
+                let mname: String = format!("monitor_{i}_{name}").chars().take(255).collect();
+                os.req(c, "load-balancer", "POST", "/v2/lbaas/healthmonitors", Some(json!({"healthmonitor": {
+                    "name": mname, "pool_id": pool["id"], "type": protocol, "delay": 5, "timeout": 3,
+                    "max_retries": 1, "max_retries_down": 3}})))
                     .await?;
                 lb = os.lb_active(c, &id).await?;
             }

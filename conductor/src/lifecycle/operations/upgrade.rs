@@ -38,7 +38,8 @@ use rpc_schema::ovo::MagnumObject;
 use rpc_schema::{Outcome, RemoteFailure};
 use serde_json::{Map, Value, json};
 
-use crate::capi::topology;
+use crate::capi::render::ClusterInput;
+use crate::capi::{label_upgrade, topology};
 use crate::handlers::DurableSignal;
 use crate::lifecycle::engine::{Engine, Parts};
 use crate::lifecycle::error::StepError;
@@ -165,11 +166,37 @@ impl Engine {
                 Coverage::OneGroup => n.get_str("uuid") == Some(wanted),
             })
             .collect();
-        let mut labels = row
-            .get("labels")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
+        // The labels: inherited ones follow the new template, the cluster's
+        // own stay (`capi::label_upgrade`); an adopted cluster, or an
+        // upgrade of the control plane alone (the workers would roll
+        // outside it: their machine templates follow the labels), keeps all.
+        let moves_template = changes_template && scope != Coverage::OneGroup;
+        let adopted = self
+            .desired(&row, &current, &ngs, None)
+            .map(|(d, _)| d.input.adopted.is_some())
+            .map_err(|e| refuse(&e.to_string()))?;
+        let of = |o: &MagnumObject| {
+            o.get("labels")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let relabel = if moves_template {
+            let keep_all = if adopted {
+                Some(label_upgrade::ADOPTED)
+            } else if scope == Coverage::ControlPlane {
+                Some(label_upgrade::CONTROL_PLANE_ONLY)
+            } else {
+                None
+            };
+            label_upgrade::after_upgrade(&of(&row), &of(&current), &of(&new), keep_all)
+        } else {
+            label_upgrade::LabelUpgrade {
+                labels: of(&row),
+                ..Default::default()
+            }
+        };
+        let mut labels = relabel.labels.clone();
         if changes_template {
             labels.insert("kube_tag".into(), json!(version));
         }
@@ -221,13 +248,23 @@ impl Engine {
                 }
             }
         }
-        let template_after = if changes_template && scope != Coverage::OneGroup {
-            &new
-        } else {
-            &current
-        };
-        self.desired(&after, template_after, &after_ngs, None)
+        let template_after = if moves_template { &new } else { &current };
+        let (checked, network_driver) = self
+            .desired(&after, template_after, &after_ngs, None)
             .map_err(|e| refuse(&e.to_string()))?;
+        for f in &relabel.followed {
+            tracing::info!(cluster = %uuid, label = %f.label, from = ?f.from, to = ?f.to, "upgrade: the label follows the new template");
+        }
+        for k in &relabel.kept {
+            tracing::info!(cluster = %uuid, label = %k.label, value = ?k.has, template = ?k.template, why = k.fixed.unwrap_or("the cluster's own value"), "upgrade: the label keeps its value");
+        }
+        // Addons the labels change, before any row: a refusal leaves the
+        // rows as they were, and the same upgrade can be asked again (an
+        // apply of the same objects changes nothing). The machines follow
+        // the rows below (converge; the status pass repairs a drift).
+        if relabel.changes_addons() {
+            self.upgrade_addons(&checked.input, &network_driver).await?;
+        }
 
         // Magnum's bookkeeping: the groups, then the cluster.
         run.notify_pending().await;
@@ -259,7 +296,7 @@ impl Engine {
             ("status", json!("UPDATE_IN_PROGRESS")),
             ("status_reason", Value::Null),
         ];
-        if changes_template && scope != Coverage::OneGroup {
+        if moves_template {
             cluster_changes.insert(0, ("cluster_template_id", json!(new_id)));
             cluster_changes.insert(1, ("labels", Value::Object(labels)));
         }
@@ -285,6 +322,35 @@ impl Engine {
         tracing::info!(cluster = %uuid, to = %version, ?scope, max_batch_size, "upgrade started");
         self.kick_cluster(&saved);
         Ok(saved.to_primitive())
+    }
+}
+
+impl Engine {
+    /// An upgrade's labels switched addons on, off or changed them: render
+    /// them again with the credential the cluster's addons were given,
+    /// apply, and delete those no longer rendered.
+    async fn upgrade_addons(
+        &self,
+        input: &ClusterInput,
+        network_driver: &str,
+    ) -> Result<(), StepError> {
+        let cloud = self
+            .0
+            .credentials
+            .stored_cloud(&self.0.client, &input.namespace, &input.stack_id)
+            .await?
+            .ok_or_else(|| {
+                refuse(
+                    "the new template's labels change the cluster's addons, which need the \
+                     cluster's stored application credential: none is stored",
+                )
+            })?;
+        let objects = self.addon_objects(input, network_driver, &cloud).await?;
+        let applied = objects.len();
+        self.apply_owned(input, objects.clone(), None).await?;
+        let gone = self.prune_addons(input, &objects).await?;
+        tracing::info!(cluster = %input.cluster_uuid, applied, deleted = ?gone, "upgrade: addons rendered again");
+        Ok(())
     }
 }
 

@@ -424,7 +424,9 @@ impl Engine {
         } else {
             first
         };
-        view.note = template.as_ref().and_then(|t| rows::label_note(cluster, t));
+        view.note = template
+            .as_ref()
+            .and_then(|t| rows::label_note(cluster, t, op == Some(status::Operation::Update)));
         if let Some((reason, timed_out)) = cleanup_waits {
             view.status_reason = Some(reason);
             if timed_out {

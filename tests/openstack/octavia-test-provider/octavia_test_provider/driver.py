@@ -8,7 +8,9 @@ and reports the outcome through octavia-lib's `DriverLibrary`
 its status socket and writes to Octavia's database
 (`api/drivers/driver_agent/driver_updater.py`). This one does no work: it
 reports each create ACTIVE/ONLINE and each delete DELETED, a moment later,
-from a thread, through that same path.
+from a thread, through that same path (load balancers, listeners, pools,
+health monitors; Octavia's API has validated the request first, e.g. a
+pool's `lb_algorithm` and a monitor's type and timings).
 
 The VIP port is a real Neutron port when OCTAVIA_TEST_PROVIDER_NEUTRON
 names the Neutron API (noauth): made on the VIP subnet (or network) as
@@ -153,6 +155,47 @@ class Driver(provider_base.ProviderDriver):
             "listeners": [{"id": listener.listener_id, "provisioning_status": "ACTIVE",
                            "operating_status": "ONLINE"}],
             "loadbalancers": [{"id": listener.loadbalancer_id, "provisioning_status": "ACTIVE"}]}))
+
+    # Pools and health monitors (what OCCM makes per Service port:
+    # cloud-provider-openstack `pkg/openstack/loadbalancer.go`,
+    # `ensureOctaviaPool`, `ensureOctaviaHealthMonitor`). Octavia's API sets
+    # the load balancer, the listener (and the pool, for a monitor)
+    # PENDING_UPDATE first (`api/v2/controllers/pool.py`,
+    # `health_monitor.py`, `_test_lb_and_listener_statuses`); the provider
+    # reports them ACTIVE again. A monitor names only its pool: the rest
+    # is read back through octavia-lib's get socket (`get_pool`).
+    def _pool_done(self, pool_id, lb, listener, extra=None):
+        status = {"pools": [{"id": pool_id, "provisioning_status": "ACTIVE", "operating_status": "ONLINE"}],
+                  "loadbalancers": [{"id": lb, "provisioning_status": "ACTIVE"}]}
+        if listener:
+            status["listeners"] = [{"id": listener, "provisioning_status": "ACTIVE"}]
+        status.update(extra or {})
+        self._report(status)
+
+    def pool_create(self, pool):
+        self._later(lambda: self._pool_done(pool.pool_id, pool.loadbalancer_id, pool.listener_id))
+
+    def pool_delete(self, pool):
+        def done():
+            self._report({"pools": [{"id": pool.pool_id, "provisioning_status": "DELETED"}],
+                          "loadbalancers": [{"id": pool.loadbalancer_id, "provisioning_status": "ACTIVE"}]})
+        self._later(done)
+
+    def _monitor_done(self, healthmonitor, status):
+        hm, pool_id = healthmonitor.healthmonitor_id, healthmonitor.pool_id
+
+        def done():
+            time.sleep(DELAY)
+            pool = self.lib.get_pool(pool_id)
+            self._pool_done(pool_id, pool.loadbalancer_id, pool.listener_id,
+                            {"healthmonitors": [dict(status, id=hm)]})
+        self._later(done)
+
+    def health_monitor_create(self, healthmonitor):
+        self._monitor_done(healthmonitor, {"provisioning_status": "ACTIVE", "operating_status": "ONLINE"})
+
+    def health_monitor_delete(self, healthmonitor):
+        self._monitor_done(healthmonitor, {"provisioning_status": "DELETED"})
 
     def listener_delete(self, listener):
         self._later(lambda: self._report({
