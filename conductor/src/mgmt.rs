@@ -56,6 +56,17 @@ where
         .await
 }
 
+/// Delete `name` through `api` (in the background: its dependents are
+/// collected after it), retrying transient failures; already gone is done.
+pub async fn delete_if_present(api: &Api<DynamicObject>, name: &str) -> Result<(), kube::Error> {
+    let dp = kube::api::DeleteParams::background();
+    match with_retries("delete", || api.delete(name, &dp)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum MgmtError {
     #[error("management cluster configuration: {0}")]

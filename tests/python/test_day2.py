@@ -404,19 +404,24 @@ def test_upgrade_follows_the_new_templates_labels(env):
     """An upgrade to a template whose other labels differ
     (conductor/src/capi/label_upgrade.rs): a label the cluster inherited
     follows the new template (audit logs switched on in the control plane,
-    metrics-server's HelmChartProxy and its release gone, the monitoring
-    stack's added, a label the new template drops dropped); a value the
+    metrics-server's HelmChartProxy and its release gone, the Keystone
+    webhook's ClusterResourceSet and ConfigMap gone with its API server
+    flags, the monitoring stack's added, a label the new template drops
+    dropped); a template with a bad label value is refused with nothing
+    changed; a value the
     cluster was given at create stays, and so does an inherited label that
     cannot change on a running cluster (the pod network); both are named in
     status_reason at UPDATE_COMPLETE."""
     a_labels = {"kube_tag": "v1.30.4", "auto_healing_enabled": "true", "audit_log_enabled": "false",
                 "metrics_server_enabled": "true", "calico_ipv4pool": "10.100.0.0/16",
-                "boot_volume_size": "20", "octavia_lb_algorithm": "ROUND_ROBIN"}
+                "boot_volume_size": "20", "octavia_lb_algorithm": "ROUND_ROBIN", "keystone_auth_enabled": "true"}
     b_labels = {"kube_tag": "v1.31.2", "auto_healing_enabled": "true", "audit_log_enabled": "true",
                 "metrics_server_enabled": "false", "monitoring_enabled": "true",
                 "calico_ipv4pool": "10.200.0.0/16", "boot_volume_size": "40"}
     ta = env.client("template", json.dumps(dict(TEMPLATE, name="k8s-labels-a", labels=a_labels)))["uuid"]
     tb = env.client("template", json.dumps(dict(T131, name="k8s-labels-b", labels=b_labels)))["uuid"]
+    bad = env.client("template", json.dumps(dict(T131, name="k8s-labels-bad",
+                                                 labels=dict(b_labels, audit_log_enabled="perhaps"))))["uuid"]
     # The user's own boot volume size at create (labels merged as magnum-api does).
     req = {"master_count": 1, "node_count": 1, "cluster": {"labels": dict(a_labels, boot_volume_size="30")}}
     uuid = env.client("create", ta, json.dumps(req))["uuid"]
@@ -430,6 +435,22 @@ def test_upgrade_follows_the_new_templates_labels(env):
     def releases():
         return sorted(h["spec"]["releaseName"] for h in env.sim.items(hcp_api, "helmchartproxies", sel))
     assert "metrics-server" in releases() and "monitoring" not in releases()
+    crs_api = "addons.cluster.x-k8s.io/" + env.kcp_api.split("/")[-1]
+
+    def webhook_objects():
+        return sorted(f"{kind}/{o['metadata']['name']}" for api, plural, kind in (
+            (crs_api, "clusterresourcesets", "ClusterResourceSet"), ("v1", "configmaps", "ConfigMap"))
+            for o in env.sim.items(api, plural, sel) if o["metadata"]["name"] == f"{stack}-keystone-auth")
+    assert webhook_objects() == [f"ClusterResourceSet/{stack}-keystone-auth", f"ConfigMap/{stack}-keystone-auth"]
+
+    # A new template whose label the cluster would inherit but that cannot
+    # be rendered: refused before anything is written, naming the label.
+    before = env.client("get", uuid)
+    r = env.client("upgrade", uuid, bad, "1")
+    assert r.get("error") == "InvalidClusterTemplateForUpgrade" and r["code"] == 409, r
+    assert "audit_log_enabled" in r["message"], r
+    assert env.client("get", uuid) == before
+    assert "metrics-server" in releases() and len(webhook_objects()) == 2
 
     r = env.client("upgrade", uuid, tb, "1")
     assert "error" not in r, r
@@ -447,6 +468,8 @@ def test_upgrade_follows_the_new_templates_labels(env):
     kcp = env.sim.items(env.kcp_api, "kubeadmcontrolplanes", sel)[0]
     flags = args_of(kcp["spec"]["kubeadmConfigSpec"]["clusterConfiguration"]["apiServer"]["extraArgs"])
     assert "audit-log-path" in flags and flags["audit-log-maxage"] == "30", flags
+    assert "authentication-token-webhook-config-file" not in flags, flags
+    assert webhook_objects() == [], webhook_objects()
     # The addons: metrics-server's proxy and CAAPH's release of it gone
     # (the release is owned by its proxy: the real kube-controller-manager's
     # garbage collector), the monitoring stack's made.

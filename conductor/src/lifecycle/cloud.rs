@@ -168,7 +168,7 @@ impl Engine {
         rendered: &[Value],
     ) -> Result<Vec<String>, StepError> {
         use crate::capi::render::UUID_LABEL;
-        use kube::api::{DeleteParams, ListParams};
+        use kube::api::ListParams;
         let keep = |kind: &str, name: &str| {
             rendered
                 .iter()
@@ -176,7 +176,6 @@ impl Engine {
         };
         let prefix = format!("{}-", input.stack_id);
         let lp = ListParams::default().labels(&format!("{UUID_LABEL}={}", input.cluster_uuid));
-        let dp = DeleteParams::background();
         let mut gone = Vec::new();
         for (av, kind, plural) in [
             (HCP_API, "HelmChartProxy", "helmchartproxies"),
@@ -210,12 +209,7 @@ impl Engine {
                 }
                 for (av, kind, plural, name) in doomed {
                     let api = dynamic_api(&self.0.client, &input.namespace, av, kind, plural);
-                    match crate::mgmt::with_retries("delete addon", || api.delete(&name, &dp)).await
-                    {
-                        Ok(_) => {}
-                        Err(kube::Error::Api(s)) if s.code == 404 => {}
-                        Err(e) => return Err(e.into()),
-                    }
+                    crate::mgmt::delete_if_present(&api, &name).await?;
                     tracing::info!(cluster = %input.cluster_uuid, kind, name = %name, "addon switched off: deleted");
                     gone.push(format!("{kind}/{name}"));
                 }

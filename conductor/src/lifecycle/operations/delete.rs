@@ -137,7 +137,6 @@ impl Engine {
         // deleted cluster leaves nothing behind, whenever the garbage
         // collector gets to what the Cluster owned.
         let lp = ListParams::default().labels(&format!("{UUID_LABEL}={uuid}"));
-        let dp = DeleteParams::background();
         for (av, kind, plural) in labelled_kinds(self.0.line) {
             let api = dynamic_api(&self.0.client, &ns, av, kind, plural);
             let listed = match crate::mgmt::with_retries("list", || api.list_metadata(&lp)).await {
@@ -150,11 +149,7 @@ impl Engine {
                 let Some(name) = o.metadata.name else {
                     continue;
                 };
-                match crate::mgmt::with_retries("delete", || api.delete(&name, &dp)).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(e) => return Err(e.into()),
-                }
+                crate::mgmt::delete_if_present(&api, &name).await?;
             }
         }
         let (_, changed) = self

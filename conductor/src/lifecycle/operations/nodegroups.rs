@@ -22,7 +22,7 @@
 use common::db::DbError;
 use common::db::model::NODEGROUP;
 use common::db::repo;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::ListParams;
 use rpc_schema::ovo::MagnumObject;
 use rpc_schema::{Outcome, RemoteFailure};
 use serde_json::{Value, json};
@@ -254,17 +254,12 @@ impl Engine {
         let ns = self.namespace_of(cluster);
         let capi = capi_apiversion(self.0.line);
         let name = naming::object_name(stack_id, key);
-        let dp = DeleteParams::background();
         for (av, kind, plural) in [
             (capi, "MachineDeployment", "machinedeployments"),
             (capi, "MachineHealthCheck", "machinehealthchecks"),
         ] {
             let api = dynamic_api(&self.0.client, &ns, av, kind, plural);
-            match crate::mgmt::with_retries("delete", || api.delete(&name, &dp)).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
+            crate::mgmt::delete_if_present(&api, &name).await?;
         }
         let bootstrap = match self.0.line {
             crate::capi::render::CapiLine::V1beta1 => "bootstrap.cluster.x-k8s.io/v1beta1",
@@ -286,11 +281,7 @@ impl Engine {
                 crate::mgmt::with_retries("list templates", || api.list_metadata(&lp)).await?;
             for t in listed.items {
                 let Some(n) = t.metadata.name else { continue };
-                match crate::mgmt::with_retries("delete", || api.delete(&n, &dp)).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(e) => return Err(e.into()),
-                }
+                crate::mgmt::delete_if_present(&api, &n).await?;
             }
         }
         Ok(())
