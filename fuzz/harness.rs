@@ -37,10 +37,14 @@ pub fn rpc_message(data: &[u8]) {
             Err(_) => return,
         }
     };
-    let Ok(msg) = envelope::decode(body, LIMIT) else {
+    // The conductor reads a message straight from its text; the dict's way
+    // must give the same request, or the same error.
+    let direct = envelope::decode_incoming(body, LIMIT);
+    let via_dict = envelope::decode(body, LIMIT).map(Incoming::from_message);
+    assert_eq!(direct, via_dict, "the two decoders disagree");
+    let Ok(incoming) = direct else {
         return;
     };
-    let incoming = Incoming::from_message(msg);
     let _ = incoming.is_call();
     let _ = incoming.method_name();
     if let Ok(req) =

@@ -478,14 +478,20 @@ async fn run(cfg: Config, log_handle: conductor::logging::Handle) -> ExitCode {
     )
     .with_connection_watch(connection_tx);
     let stopping = engine.clone();
-    server
-        .run(async move {
-            shutdown_signal().await;
-            if let Some(e) = stopping {
-                e.begin_stopping();
-            }
-        })
-        .await;
+    // The server runs on the runtime's workers, not on this thread (which
+    // `block_on` drives): a delivery then wakes a worker, which runs the
+    // message's task next on the same thread, instead of waking this thread
+    // to hand each message over to a worker (docs/benchmarks.md, "CPU per
+    // message").
+    let served = tokio::spawn(server.run(async move {
+        shutdown_signal().await;
+        if let Some(e) = stopping {
+            e.begin_stopping();
+        }
+    }));
+    if let Err(e) = served.await {
+        tracing::error!(error = %e, "the RPC server stopped abnormally");
+    }
     if let Some(e) = engine {
         bounded_step("stepping down as status leader", e.step_down()).await;
     }

@@ -34,7 +34,7 @@ use crate::reply::Replier;
 use crate::topology::{self, ArgValue, ConsumerDecl, ConsumerKind};
 
 mod delivery;
-use delivery::process;
+use delivery::{Settle, process};
 
 /// State shared with the health endpoint.
 #[derive(Debug, Default)]
@@ -420,6 +420,7 @@ async fn run_session<H: Handlers>(
     // leave their delivery unacknowledged for the broker to hand out again.
     let live = Arc::new(AtomicBool::new(true));
     let _ended = SessionEnded(live.clone());
+    let channel = &session.consumer_channel;
     loop {
         tokio::select! {
             _ = shutdown.as_mut() => return SessionEnd::Shutdown,
@@ -447,8 +448,12 @@ async fn run_session<H: Handlers>(
                                 Err(_) => return SessionEnd::Shutdown,
                             };
                             let shared = shared.clone();
+                            let settle = Settle::new(channel.clone(), &delivery);
+                            // The message's state boxed: the task stays small,
+                            // so spawning it copies a few words, not the
+                            // handlers' state (kilobytes, copied three times).
                             tokio::spawn(async move {
-                                process(&shared, delivery, decoded, started).await;
+                                Box::pin(process(&shared, delivery, settle, decoded, started)).await;
                                 drop(permit);
                             });
                         }
@@ -464,6 +469,7 @@ async fn run_session<H: Handlers>(
                             drop(decoded);
                             let shared = shared.clone();
                             let live = live.clone();
+                            let settle = Settle::new(channel.clone(), &delivery);
                             shared.metrics.rpc_waiting_casts.inc();
                             tokio::spawn(async move {
                                 let permit = shared.cast_slots.clone().acquire_owned().await;
@@ -472,7 +478,7 @@ async fn run_session<H: Handlers>(
                                     return;
                                 }
                                 let decoded = decode(&shared, &delivery);
-                                process(&shared, delivery, decoded, started).await;
+                                Box::pin(process(&shared, delivery, settle, decoded, started)).await;
                                 drop(permit);
                             });
                         }
@@ -563,7 +569,7 @@ pub fn decode_delivery(
             &plain[..]
         }
     };
-    Ok(Incoming::from_message(envelope::decode(body, limit)?))
+    envelope::decode_incoming(body, limit)
 }
 
 #[cfg(test)]

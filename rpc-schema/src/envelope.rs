@@ -6,6 +6,7 @@ use std::io::Read;
 
 use serde_json::{Map, Value};
 
+use crate::message::{Incoming, NotAMessage};
 use crate::pyjson;
 
 /// The envelope version oslo.messaging writes and accepts (same major, minor <= 0).
@@ -199,8 +200,14 @@ pub fn version_is_compatible(implemented: &str, requested: &str) -> Option<bool>
     Some(maj == imaj && (min < imin || (min == imin && rev <= irev)))
 }
 
-/// Decode an AMQP body (after decompression) into the inner message dict.
-pub fn decode(body: &[u8], limit: usize) -> Result<Map<String, Value>, EnvelopeError> {
+/// An AMQP body's outer layer: a legacy message (the dict is the message)
+/// or the text of the enveloped one.
+enum Outer {
+    Legacy(Map<String, Value>),
+    Enveloped(String),
+}
+
+fn outer(body: &[u8], limit: usize) -> Result<Outer, EnvelopeError> {
     if body.len() > limit {
         return Err(EnvelopeError::TooLarge { limit });
     }
@@ -211,27 +218,35 @@ pub fn decode(body: &[u8], limit: usize) -> Result<Map<String, Value>, EnvelopeE
     };
     if !(outer.contains_key(VERSION_KEY) && outer.contains_key(MESSAGE_KEY)) {
         // Legacy 1.0 message: the dict is the message.
-        return Ok(outer);
+        return Ok(Outer::Legacy(outer));
     }
     let version = match outer.get(VERSION_KEY) {
-        Some(Value::String(s)) => s.clone(),
+        Some(Value::String(s)) => s.as_str(),
         other => {
             let shown = other.map(Value::to_string).unwrap_or_default();
             return Err(EnvelopeError::UnsupportedEnvelopeVersion(shown));
         }
     };
-    if version_is_compatible(ENVELOPE_VERSION, &version) != Some(true) {
-        return Err(EnvelopeError::UnsupportedEnvelopeVersion(version));
+    if version_is_compatible(ENVELOPE_VERSION, version) != Some(true) {
+        return Err(EnvelopeError::UnsupportedEnvelopeVersion(
+            version.to_string(),
+        ));
     }
-    let inner = match outer.remove(MESSAGE_KEY) {
-        Some(Value::String(s)) => s,
-        Some(other) => {
-            return Err(EnvelopeError::BadInnerMessage(format!(
-                "found {}",
-                type_name(&other)
-            )));
-        }
-        None => String::new(),
+    match outer.swap_remove(MESSAGE_KEY) {
+        Some(Value::String(s)) => Ok(Outer::Enveloped(s)),
+        Some(other) => Err(EnvelopeError::BadInnerMessage(format!(
+            "found {}",
+            type_name(&other)
+        ))),
+        None => Ok(Outer::Enveloped(String::new())),
+    }
+}
+
+/// Decode an AMQP body (after decompression) into the inner message dict.
+pub fn decode(body: &[u8], limit: usize) -> Result<Map<String, Value>, EnvelopeError> {
+    let inner = match outer(body, limit)? {
+        Outer::Legacy(m) => return Ok(m),
+        Outer::Enveloped(inner) => inner,
     };
     match serde_json::from_str::<Value>(&inner) {
         Ok(Value::Object(m)) => Ok(m),
@@ -243,19 +258,41 @@ pub fn decode(body: &[u8], limit: usize) -> Result<Map<String, Value>, EnvelopeE
     }
 }
 
+/// Decode an AMQP body (after decompression) into a request: what
+/// `Incoming::from_message(decode(body)?)` gives, without the inner dict
+/// (the conductor's path for every message).
+pub fn decode_incoming(body: &[u8], limit: usize) -> Result<Incoming, EnvelopeError> {
+    match outer(body, limit)? {
+        Outer::Legacy(m) => Ok(Incoming::from_message(m)),
+        Outer::Enveloped(inner) => Incoming::from_json(&inner).map_err(|e| {
+            EnvelopeError::BadInnerMessage(match e {
+                NotAMessage::Json(why) => why,
+                NotAMessage::Found(what) => format!("found {what}"),
+            })
+        }),
+    }
+}
+
 /// Encode a message dict into an enveloped body, byte for byte as oslo.messaging
 /// and kombu would.
 pub fn encode(inner: &Map<String, Value>) -> Vec<u8> {
-    let mut outer = Map::new();
-    outer.insert(
-        VERSION_KEY.to_string(),
-        Value::String(ENVELOPE_VERSION.to_string()),
-    );
-    outer.insert(
-        MESSAGE_KEY.to_string(),
-        Value::String(pyjson::to_string(inner)),
-    );
-    pyjson::to_vec(&outer)
+    encode_message(inner)
+}
+
+/// The same for any message that serializes as a dict (a struct's fields in
+/// their order): no map of either layer is built.
+pub fn encode_message<T: serde::Serialize + ?Sized>(inner: &T) -> Vec<u8> {
+    #[derive(serde::Serialize)]
+    struct Envelope<'a> {
+        #[serde(rename = "oslo.version")]
+        version: &'static str,
+        #[serde(rename = "oslo.message")]
+        message: &'a str,
+    }
+    pyjson::to_vec(&Envelope {
+        version: ENVELOPE_VERSION,
+        message: &pyjson::to_string(inner),
+    })
 }
 
 /// A short description of a JSON value's type, for error messages.

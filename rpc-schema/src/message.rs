@@ -2,6 +2,9 @@
 //! `_reply_q`, `_timeout`, `_unique_id`), the flattened context, and the
 //! `method`/`args`/`namespace`/`version` the dispatcher looks at.
 
+use std::fmt;
+
+use serde::de::{self, Deserializer as _, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 use crate::context::RequestContext;
@@ -13,7 +16,7 @@ pub const ENDPOINT_VERSION: &str = "1.0";
 const CONTEXT_PREFIX: &str = "_context_";
 
 /// A decoded request, before its method is validated.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Incoming {
     /// `_msg_id`: present (and non-empty) for calls only.
     pub msg_id: Option<String>,
@@ -42,46 +45,151 @@ fn string_of(v: Option<Value>) -> Option<String> {
     }
 }
 
-impl Incoming {
-    /// Split a message dict into routing keys, context and body, as
-    /// oslo's `unpack_context` does.
-    pub fn from_message(msg: Map<String, Value>) -> Incoming {
-        // One pass, each key hashed once (into the map it belongs to), the
-        // context's keys reused without their prefix: this runs for every
-        // message (a quarter of a `ping_conductor` call's instructions went
-        // into splitting by removals; docs/benchmarks.md).
-        let mut ctx = Map::new();
-        let mut body = Map::new();
-        let (mut msg_id, mut reply_q, mut unique_id, mut timeout) = (None, None, None, None);
-        for (mut k, v) in msg {
-            if k.starts_with(CONTEXT_PREFIX) {
-                k.drain(..CONTEXT_PREFIX.len());
-                ctx.insert(k, v);
-                continue;
-            }
-            match k.as_str() {
-                "_msg_id" => msg_id = Some(v),
-                "_reply_q" => reply_q = Some(v),
-                "_unique_id" => unique_id = Some(v),
-                "_timeout" => timeout = Some(v),
-                _ => {
-                    body.insert(k, v);
-                }
+/// A message's keys sorted as they come: each key hashed once, into the map
+/// it belongs to, the context's keys kept without their prefix. A key given
+/// twice keeps its first place and its last value, as a JSON object parsed
+/// into a dict does.
+struct Split {
+    ctx: Map<String, Value>,
+    body: Map<String, Value>,
+    msg_id: Option<Value>,
+    reply_q: Option<Value>,
+    unique_id: Option<Value>,
+    timeout: Option<Value>,
+}
+
+impl Split {
+    fn new() -> Split {
+        Split {
+            // Sized for oslo's context (~30 keys) and the dispatcher's four:
+            // no map grows (and rehashes) while a message is read.
+            ctx: Map::with_capacity(32),
+            body: Map::with_capacity(4),
+            msg_id: None,
+            reply_q: None,
+            unique_id: None,
+            timeout: None,
+        }
+    }
+
+    fn add(&mut self, mut k: String, v: Value) {
+        if k.starts_with(CONTEXT_PREFIX) {
+            k.drain(..CONTEXT_PREFIX.len());
+            self.ctx.insert(k, v);
+            return;
+        }
+        match k.as_str() {
+            "_msg_id" => self.msg_id = Some(v),
+            "_reply_q" => self.reply_q = Some(v),
+            "_unique_id" => self.unique_id = Some(v),
+            "_timeout" => self.timeout = Some(v),
+            _ => {
+                self.body.insert(k, v);
             }
         }
-        let call_monitor_timeout = match timeout {
+    }
+
+    fn finish(self) -> Incoming {
+        let call_monitor_timeout = match self.timeout {
             Some(Value::Number(n)) => n.as_f64(),
             Some(Value::String(s)) => s.trim().parse().ok(),
             _ => None,
         };
         Incoming {
-            msg_id: string_of(msg_id),
-            reply_q: string_of(reply_q),
-            unique_id: string_of(unique_id),
+            msg_id: string_of(self.msg_id),
+            reply_q: string_of(self.reply_q),
+            unique_id: string_of(self.unique_id),
             call_monitor_timeout,
-            context: RequestContext::from_map(ctx),
-            body,
+            context: RequestContext::from_map(self.ctx),
+            body: self.body,
         }
+    }
+}
+
+/// Reads a message's JSON text straight into a [`Split`]: no dict of the
+/// whole message is built first and taken apart after (a fifth of a
+/// `ping_conductor` call's instructions went into hashing every key into
+/// both; docs/benchmarks.md). Anything but an object gives the name of what
+/// was found instead.
+struct SplitVisitor;
+
+impl<'de> Visitor<'de> for SplitVisitor {
+    type Value = Result<Incoming, &'static str>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut split = Split::new();
+        while let Some(k) = map.next_key::<String>()? {
+            let v: Value = map.next_value()?;
+            split.add(k, v);
+        }
+        Ok(Ok(split.finish()))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        // Parsed as values (not skipped), so a bad number deep inside fails
+        // as it would in a dict.
+        while seq.next_element::<Value>()?.is_some() {}
+        Ok(Err("array"))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Err("null"))
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Err("boolean"))
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(Err("number"))
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(Err("number"))
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(Err("number"))
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(Err("string"))
+    }
+}
+
+/// Why a message's text is not a message: the parser's error, or what was
+/// found instead of an object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotAMessage {
+    Json(String),
+    Found(&'static str),
+}
+
+impl Incoming {
+    /// Split a message dict into routing keys, context and body, as
+    /// oslo's `unpack_context` does.
+    pub fn from_message(msg: Map<String, Value>) -> Incoming {
+        let mut split = Split::new();
+        for (k, v) in msg {
+            split.add(k, v);
+        }
+        split.finish()
+    }
+
+    /// The same from the message dict's JSON text, as if it were parsed
+    /// into a dict and given to [`Incoming::from_message`] (a property test
+    /// checks both ways agree, failures included), without the dict.
+    pub fn from_json(text: &str) -> Result<Incoming, NotAMessage> {
+        let mut de = serde_json::Deserializer::from_str(text);
+        let parsed = de
+            .deserialize_any(SplitVisitor)
+            .and_then(|r| de.end().map(|()| r))
+            .map_err(|e| NotAMessage::Json(e.to_string()))?;
+        parsed.map_err(NotAMessage::Found)
     }
 
     /// A call expects a reply; a cast does not (decided by `_msg_id` alone).

@@ -56,6 +56,14 @@ const KEYS: &[&str] = &[
     "oslo.message",
 ];
 
+/// The conductor's path (straight from the text) and the dict's agree,
+/// failures included.
+fn agrees(bytes: &[u8]) -> Result<(), TestCaseError> {
+    let via_dict = envelope::decode(bytes, 1 << 20).map(Incoming::from_message);
+    prop_assert_eq!(envelope::decode_incoming(bytes, 1 << 20), via_dict);
+    Ok(())
+}
+
 fn exercise(inner: Map<String, Value>) {
     let incoming = Incoming::from_message(inner);
     if let Ok(req) = incoming.request(|m| methods::method(m).is_some()) {
@@ -68,6 +76,7 @@ proptest! {
 
     #[test]
     fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        agrees(&bytes)?;
         if let Ok(m) = envelope::decode(&bytes, 1 << 20) {
             exercise(m);
         }
@@ -84,8 +93,37 @@ proptest! {
         m.insert("method".into(), Value::String(method.to_string()));
         if let Value::Object(_) = args { m.insert("args".into(), args); }
         let body = envelope::encode(&m);
+        agrees(&body)?;
         let decoded = envelope::decode(&body, 1 << 20).expect("our own encoding decodes");
         prop_assert_eq!(&decoded, &m);
         exercise(decoded);
+    }
+
+    #[test]
+    fn the_text_and_the_dict_agree_on_any_inner_message(
+        pairs in prop::collection::vec((prop::sample::select(KEYS.to_vec()), json_value()), 0..12),
+        other in json_value(),
+        as_object in any::<bool>(),
+        cut in 0usize..40,
+    ) {
+        // An object written by hand so that a key can come twice, or any
+        // other value; then the same text cut short.
+        let text = if as_object {
+            let fields: Vec<String> = pairs
+                .iter()
+                .map(|(k, v)| format!("{}: {}", Value::from(*k), v))
+                .collect();
+            format!("{{{}}}", fields.join(", "))
+        } else {
+            other.to_string()
+        };
+        let ends: Vec<usize> = text.char_indices().map(|(i, _)| i).chain([text.len()]).collect();
+        let cut_at = ends[ends.len().saturating_sub(1 + cut % ends.len())];
+        for inner in [&text[..], &text[..cut_at], &format!("{text} x")[..]] {
+            let mut outer = Map::new();
+            outer.insert("oslo.version".into(), Value::from("2.0"));
+            outer.insert("oslo.message".into(), Value::from(inner));
+            agrees(&serde_json::to_vec(&outer).expect("a map serializes"))?;
+        }
     }
 }

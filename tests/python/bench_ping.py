@@ -8,6 +8,9 @@ through the same client, from the threads of the largest concurrency, and
 times each conductor until its topic queue is drained: the CPU per message
 of both kinds is the pair issue 33 compares.
 
+`--before PATH` measures a second build of ours in the same run (a change's
+before and after side by side).
+
 Run it with `scripts/bench-rpc.sh` (builds our release binary first).
 """
 import argparse
@@ -71,11 +74,13 @@ def main():
     p.add_argument("--calls", type=int, default=2000)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     p.add_argument("--casts", type=int, default=0)
+    p.add_argument("--before", help="another build of magnum-conductor, measured as 'before'")
     a = p.parse_args()
+    names = ["python", "rust"] + (["before"] if a.before else [])
 
     results = {}
     with tempfile.TemporaryDirectory(prefix="mc-bench-") as tmp:
-        for name in ("python", "rust"):
+        for name in names:
             vhost = new_vhost(f"bench-{name}")
             conf = os.path.join(tmp, f"{name}.conf")
             write_conf(conf, vhost)
@@ -84,7 +89,8 @@ def main():
             else:
                 port = free_port()
                 write_conf(conf, vhost, extra=f"[metrics]\nlisten = 127.0.0.1:{port}\n")
-                conductor = Conductor(conf, port, os.path.join(tmp, "rust.log"))
+                conductor = Conductor(conf, port, os.path.join(tmp, f"{name}.log"),
+                                      binary=a.before if name == "before" else None)
             try:
                 wait_for_consumers(vhost, 3)
                 sid = server_id(vhost)
@@ -107,7 +113,7 @@ def main():
     print("| concurrency | conductor | calls/s | p50 ms | p99 ms | failed | CPU ms per call | context switches per call |")
     print("|---|---|---|---|---|---|---|---|")
     for c in a.concurrency:
-        for name in ("python", "rust"):
+        for name in names:
             r = results[(name, c)]
             print(f"| {c} | {name} | {r['rate']:.0f} | {r['p50']:.2f} | {r['p99']:.2f} | {r['failed']} | "
                   f"{r['cpu_ms']:.3f} | {r['switches']:.2f} |")
@@ -119,14 +125,23 @@ def main():
         py, rs = results[("python", c)], results[("rust", c)]
         print(f"| {c} | {rs['rate'] / py['rate']:.2f}x | {py['p50'] / rs['p50']:.2f}x | {py['p99'] / rs['p99']:.2f}x | "
               f"{py['cpu_ms'] / max(rs['cpu_ms'], 1e-9):.1f}x |")
+        if a.before:
+            b = results[("before", c)]
+            print(f"| {c}, before | {b['rate'] / py['rate']:.2f}x | {py['p50'] / b['p50']:.2f}x | "
+                  f"{py['p99'] / b['p99']:.2f}x | {py['cpu_ms'] / max(b['cpu_ms'], 1e-9):.1f}x |")
     if a.casts:
         py, rs = results[("python", "cast")], results[("rust", "cast")]
         print()
         print(f"| {a.casts} cluster_delete casts | drained/s | CPU ms per cast | context switches per cast |")
         print("|---|---|---|---|")
-        for name, r in (("python", py), ("rust", rs)):
+        for name in names:
+            r = results[(name, "cast")]
             print(f"| {name} | {r['rate']:.0f} | {r['cpu_ms']:.3f} | {r['switches']:.2f} |")
         print(f"| python / rust | {rs['rate'] / py['rate']:.2f}x | {py['cpu_ms'] / max(rs['cpu_ms'], 1e-9):.1f}x | |")
+        if a.before:
+            b = results[("before", "cast")]
+            print(f"| python / before | {b['rate'] / py['rate']:.2f}x | "
+                  f"{py['cpu_ms'] / max(b['cpu_ms'], 1e-9):.1f}x | |")
     print(json.dumps({f"{k[0]}-{k[1]}": v for k, v in results.items()}))
 
 

@@ -173,15 +173,17 @@ def log_tail(path, lines=25):
 class Conductor:
     """Our conductor as a subprocess, with its metrics endpoint."""
 
-    def __init__(self, conf_path, metrics_port, log_path, env=None, wait=True, failpoint=None, prefix=()):
+    def __init__(self, conf_path, metrics_port, log_path, env=None, wait=True, failpoint=None, prefix=(),
+                 binary=None):
         """`failpoint`: MAGNUM_CONDUCTOR_FAILPOINT, armed if given; `prefix`: a
-        command the conductor runs under (one that execs it: the pid stays)."""
+        command the conductor runs under (one that execs it: the pid stays);
+        `binary`: another build than the suite's (a benchmark's before)."""
         self.metrics_url = f"http://127.0.0.1:{metrics_port}"
         self.log = open(log_path, "a")
         env = dict(os.environ, **(env or {}))
         if failpoint:
             env["MAGNUM_CONDUCTOR_FAILPOINT"] = failpoint
-        self.proc = subprocess.Popen([*prefix, CONDUCTOR_BIN, "--config-file", conf_path], stdout=self.log,
+        self.proc = subprocess.Popen([*prefix, binary or CONDUCTOR_BIN, "--config-file", conf_path], stdout=self.log,
                                      stderr=subprocess.STDOUT, env=env)
         self.server_id = self.wait_ready()["server"] if wait else None
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
 
-use lapin::Acker;
+use lapin::Channel;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicRejectOptions};
 use rpc_schema::{
@@ -21,16 +21,47 @@ use crate::dedup::Seen;
 use crate::handlers::{Durability, DurableSignal, HandlerRequest, Handlers, Route};
 use crate::metrics::method_label;
 
-async fn ack(acker: &Acker, what: &str) {
-    if let Err(e) = acker.ack(BasicAckOptions::default()).await {
-        // The channel is gone: the broker will redeliver; dedup handles it.
-        tracing::warn!(error = %e, what, "failed to acknowledge a message");
+/// Settles one delivery on the channel it came from. Straight on the
+/// channel rather than through lapin's `Acker`: the acker hands each
+/// acknowledgement to lapin's internal-RPC task, which spawns a task to send
+/// it and another hop resolves it: three hand-offs between threads per
+/// message that the channel's own `basic_ack` does not make (see
+/// docs/benchmarks.md, "CPU per message").
+pub(super) struct Settle {
+    channel: Channel,
+    tag: u64,
+}
+
+impl Settle {
+    pub(super) fn new(channel: Channel, delivery: &Delivery) -> Settle {
+        Settle {
+            channel,
+            tag: delivery.delivery_tag,
+        }
+    }
+
+    async fn ack(&self, what: &str) {
+        if let Err(e) = self
+            .channel
+            .basic_ack(self.tag, BasicAckOptions::default())
+            .await
+        {
+            // The channel is gone: the broker will redeliver; dedup handles it.
+            tracing::warn!(error = %e, what, "failed to acknowledge a message");
+        }
+    }
+
+    async fn reject(&self, requeue: bool) -> Result<(), lapin::Error> {
+        self.channel
+            .basic_reject(self.tag, BasicRejectOptions { requeue })
+            .await
     }
 }
 
 pub(super) async fn process<H: Handlers>(
     shared: &Arc<Shared<H>>,
     delivery: Delivery,
+    settle: Settle,
     decoded: Result<Incoming, rpc_schema::EnvelopeError>,
     started: Instant,
 ) {
@@ -45,11 +76,7 @@ pub(super) async fn process<H: Handlers>(
             m.rpc_rejected
                 .with_label_values(&[e.metric_label(), "unknown"])
                 .inc();
-            if let Err(e) = delivery
-                .acker
-                .reject(BasicRejectOptions { requeue: false })
-                .await
-            {
+            if let Err(e) = settle.reject(false).await {
                 tracing::warn!(error = %e, "failed to reject a message");
             }
             return;
@@ -66,7 +93,7 @@ pub(super) async fn process<H: Handlers>(
                 m.rpc_messages
                     .with_label_values(&[label, kind, "duplicate"])
                     .inc();
-                ack(&delivery.acker, "duplicate").await;
+                settle.ack("duplicate").await;
                 return;
             }
             Seen::InFlight(done) => {
@@ -75,7 +102,7 @@ pub(super) async fn process<H: Handlers>(
                     .with_label_values(&[label, kind, "duplicate"])
                     .inc();
                 done.notified().await;
-                ack(&delivery.acker, "duplicate").await;
+                settle.ack("duplicate").await;
                 return;
             }
         }
@@ -104,7 +131,10 @@ pub(super) async fn process<H: Handlers>(
         Ok(request) => match shared.handlers.route(&request).await {
             Route::Forward { topic, driver } => {
                 // Boxed: a rare path's state kept out of every message's task.
-                Box::pin(forward(shared, &delivery, &incoming, kind, &topic, &driver)).await;
+                Box::pin(forward(
+                    shared, &delivery, &settle, &incoming, kind, &topic, &driver,
+                ))
+                .await;
                 m.rpc_inflight.dec();
                 m.rpc_duration
                     .with_label_values(&[label])
@@ -121,7 +151,7 @@ pub(super) async fn process<H: Handlers>(
                     context,
                     request,
                     delivery.redelivered,
-                    &delivery.acker,
+                    &settle,
                 )
                 .await
             }
@@ -139,7 +169,7 @@ pub(super) async fn process<H: Handlers>(
         // let the redelivery run again here or on another conductor.
         tracing::warn!(method = label, failure = %outcome_failure(&outcome).unwrap_or_default(), retry_in_s = REQUEUE_DELAY.as_secs(),
             "a dependency is unavailable; the cast goes back to the queue");
-        requeue_later(shared, &delivery, unique_id.as_deref()).await;
+        requeue_later(shared, &settle, unique_id.as_deref()).await;
     } else {
         if let Outcome::Failure(f) = &outcome
             && kind == "cast"
@@ -148,7 +178,7 @@ pub(super) async fn process<H: Handlers>(
         }
         answer(
             shared,
-            &delivery,
+            &settle,
             &incoming,
             &outcome,
             state != AckState::Acked,
@@ -171,6 +201,7 @@ pub(super) async fn process<H: Handlers>(
 async fn forward<H: Handlers>(
     shared: &Arc<Shared<H>>,
     delivery: &Delivery,
+    settle: &Settle,
     incoming: &Incoming,
     kind: &'static str,
     topic: &str,
@@ -188,7 +219,7 @@ async fn forward<H: Handlers>(
         Ok(()) => {
             crate::failpoint::hit("forward.after_confirm").await;
             tracing::info!(method = label, kind, %topic, %driver, "another driver's cluster: forwarded");
-            ack(&delivery.acker, "forwarded").await;
+            settle.ack("forwarded").await;
             if let Some(id) = &unique_id {
                 shared.dedup.finish(id);
             }
@@ -206,7 +237,7 @@ async fn forward<H: Handlers>(
             if kind == "cast" {
                 tracing::warn!(method = label, %topic, %driver, reason = %why, retry_in_s = REQUEUE_DELAY.as_secs(),
                     "cannot forward; the cast goes back to the queue");
-                requeue_later(shared, delivery, unique_id.as_deref()).await;
+                requeue_later(shared, settle, unique_id.as_deref()).await;
                 m.rpc_messages
                     .with_label_values(&[label, kind, "requeued"])
                     .inc();
@@ -220,7 +251,7 @@ async fn forward<H: Handlers>(
                     ),
                     Default::default(),
                 ));
-                answer(shared, delivery, incoming, &failure, true).await;
+                answer(shared, settle, incoming, &failure, true).await;
                 m.rpc_messages
                     .with_label_values(&[label, kind, "failure"])
                     .inc();
@@ -231,41 +262,45 @@ async fn forward<H: Handlers>(
 
 /// Hand a cast back to the broker after [`REQUEUE_DELAY`] (so an outage
 /// is not a hot loop), for a redelivery here or on another conductor.
-async fn requeue_later<H: Handlers>(
-    shared: &Shared<H>,
-    delivery: &Delivery,
-    unique_id: Option<&str>,
-) {
+async fn requeue_later<H: Handlers>(shared: &Shared<H>, settle: &Settle, unique_id: Option<&str>) {
     tokio::time::sleep(REQUEUE_DELAY).await;
     if let Some(id) = unique_id {
         shared.dedup.forget(id);
     }
-    if let Err(e) = delivery
-        .acker
-        .reject(BasicRejectOptions { requeue: true })
-        .await
-    {
+    if let Err(e) = settle.reject(true).await {
         // The channel is gone: the broker redelivers it anyway.
         tracing::warn!(error = %e, "failed to requeue a message");
     }
 }
 
 /// The end of a handled message: the reply (calls), the acknowledgement
-/// (unless already given) and the duplicate filter's record.
+/// (unless already given) and the duplicate filter's record. The reply and
+/// the acknowledgement go out together (lapin writes both frames in one
+/// pass of its I/O loop) rather than the acknowledgement waiting for the
+/// reply's publisher confirm: a conductor killed before that write leaves
+/// neither (the call is delivered again), after it both are with the
+/// broker; a reply the broker returns (the caller's queue is missing) is
+/// retried here as before. One round of hand-offs between the runtime and
+/// lapin's thread fewer per call.
 async fn answer<H: Handlers>(
     shared: &Shared<H>,
-    delivery: &Delivery,
+    settle: &Settle,
     incoming: &Incoming,
     outcome: &Outcome,
     acknowledge: bool,
 ) {
-    if let (Some(msg_id), Some(reply_q)) = (&incoming.msg_id, &incoming.reply_q) {
-        let body = wire_reply::encode_reply(msg_id, outcome);
-        shared.replier.send(reply_q, msg_id, body, "final").await;
-    }
-    if acknowledge {
-        ack(&delivery.acker, "done").await;
-    }
+    let reply = async {
+        if let (Some(msg_id), Some(reply_q)) = (&incoming.msg_id, &incoming.reply_q) {
+            let body = wire_reply::encode_reply(msg_id, outcome);
+            shared.replier.send(reply_q, msg_id, body, "final").await;
+        }
+    };
+    let ack = async {
+        if acknowledge {
+            settle.ack("done").await;
+        }
+    };
+    futures_util::future::join(reply, ack).await;
     if let Some(id) = &incoming.unique_id {
         shared.dedup.finish(id);
     }
@@ -302,7 +337,7 @@ async fn run_handler<H: Handlers>(
     context: rpc_schema::RequestContext,
     request: ConductorRequest,
     redelivered: bool,
-    acker: &Acker,
+    settle: &Settle,
 ) -> (Outcome, AckState) {
     let method = request.method();
     let (durable, mut durable_rx) = DurableSignal::new();
@@ -370,7 +405,7 @@ async fn run_handler<H: Handlers>(
             signal = &mut durable_rx, if durable_open => {
                 // Closed without a signal: the handler is finishing; ack when done.
                 durable_open = false;
-                state = on_durable(signal.ok(), acker).await;
+                state = on_durable(signal.ok(), settle).await;
             }
             _ = async { match ticker.as_mut() { Some(t) => { t.tick().await; } None => std::future::pending().await } } => {
                 if let (Some(msg_id), Some(reply_q)) = (&incoming.msg_id, &incoming.reply_q) {
@@ -382,16 +417,16 @@ async fn run_handler<H: Handlers>(
     if durable_open {
         // The handler signalled and returned at once: the select saw the end first.
         if let Ok(d) = durable_rx.try_recv() {
-            state = on_durable(Some(d), acker).await;
+            state = on_durable(Some(d), settle).await;
         }
     }
     (outcome, state)
 }
 
-async fn on_durable(signal: Option<Durability>, acker: &Acker) -> AckState {
+async fn on_durable(signal: Option<Durability>, settle: &Settle) -> AckState {
     match signal {
         Some(Durability::Recorded) => {
-            ack(acker, "durable").await;
+            settle.ack("durable").await;
             AckState::Acked
         }
         Some(Durability::RetryLater) => AckState::Requeue,

@@ -90,6 +90,11 @@ impl Engine {
     ) {
         self.0.watches.wait_ready().await;
         tracing::info!("management cluster caches synced");
+        // The initial lists (pages of every kind, parsed and projected) were
+        // the largest burst of allocations this process makes: give what
+        // they freed back now rather than at the next minute's trim, so RSS
+        // says what the fleet needs from the start (docs/benchmarks.md).
+        crate::memory::trim();
         // What is left of the current full pass: worked through a slice at
         // a time, after whatever the watches report meanwhile (a full pass
         // over 10,000 clusters takes seconds; a status change must not wait
@@ -134,6 +139,8 @@ impl Engine {
                 self.0.metrics.full_pass_seconds.set(took.as_secs_f64());
                 self.0.metrics.full_passes.inc();
                 tracing::debug!(seconds = took.as_secs_f64(), "full status pass done");
+                // A full pass rendered every cluster: the same burst.
+                crate::memory::trim();
             }
         }
     }
