@@ -489,14 +489,20 @@ async fn run(cfg: Config, log_handle: conductor::logging::Handle) -> ExitCode {
             e.begin_stopping();
         }
     }));
-    if let Err(e) = served.await {
-        tracing::error!(error = %e, "the RPC server stopped abnormally");
-    }
+    // A panic in the server (a bug) ends the process with a failure, as it
+    // did when the server ran on this thread: the service manager restarts it.
+    let code = match served.await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "the RPC server stopped abnormally");
+            ExitCode::FAILURE
+        }
+    };
     if let Some(e) = engine {
         bounded_step("stepping down as status leader", e.step_down()).await;
     }
     heartbeat.abort();
     bounded_step("closing the database pool", database.pool.close()).await;
     tracing::info!("magnum-conductor stopped");
-    ExitCode::SUCCESS
+    code
 }
