@@ -39,7 +39,7 @@ pub fn rpc_message(data: &[u8]) {
     };
     // The conductor reads a message straight from its text; the dict's way
     // must give the same request, or the same error.
-    let direct = envelope::decode_incoming(body, LIMIT);
+    let direct = Incoming::from_body(body, LIMIT);
     let via_dict = envelope::decode(body, LIMIT).map(Incoming::from_message);
     assert_eq!(direct, via_dict, "the two decoders disagree");
     let Ok(incoming) = direct else {

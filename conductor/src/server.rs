@@ -23,7 +23,7 @@ use lapin::options::{
 };
 use lapin::types::AMQPValue;
 use lapin::{Channel, Connection};
-use rpc_schema::{Compression, Incoming, envelope};
+use rpc_schema::{Compression, Incoming};
 use tokio::sync::{Semaphore, watch};
 
 use crate::amqp;
@@ -569,7 +569,7 @@ pub fn decode_delivery(
             &plain[..]
         }
     };
-    envelope::decode_incoming(body, limit)
+    Incoming::from_body(body, limit)
 }
 
 #[cfg(test)]

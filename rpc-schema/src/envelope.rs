@@ -6,7 +6,6 @@ use std::io::Read;
 
 use serde_json::{Map, Value};
 
-use crate::message::{Incoming, NotAMessage};
 use crate::pyjson;
 
 /// The envelope version oslo.messaging writes and accepts (same major, minor <= 0).
@@ -202,12 +201,14 @@ pub fn version_is_compatible(implemented: &str, requested: &str) -> Option<bool>
 
 /// An AMQP body's outer layer: a legacy message (the dict is the message)
 /// or the text of the enveloped one.
-enum Outer {
+pub enum Outer {
     Legacy(Map<String, Value>),
     Enveloped(String),
 }
 
-fn outer(body: &[u8], limit: usize) -> Result<Outer, EnvelopeError> {
+/// Open a body's outer layer (after decompression): the size limit, the
+/// envelope's version, the inner text.
+pub fn outer(body: &[u8], limit: usize) -> Result<Outer, EnvelopeError> {
     if body.len() > limit {
         return Err(EnvelopeError::TooLarge { limit });
     }
@@ -255,21 +256,6 @@ pub fn decode(body: &[u8], limit: usize) -> Result<Map<String, Value>, EnvelopeE
             type_name(&other)
         ))),
         Err(e) => Err(EnvelopeError::BadInnerMessage(e.to_string())),
-    }
-}
-
-/// Decode an AMQP body (after decompression) into a request: what
-/// `Incoming::from_message(decode(body)?)` gives, without the inner dict
-/// (the conductor's path for every message).
-pub fn decode_incoming(body: &[u8], limit: usize) -> Result<Incoming, EnvelopeError> {
-    match outer(body, limit)? {
-        Outer::Legacy(m) => Ok(Incoming::from_message(m)),
-        Outer::Enveloped(inner) => Incoming::from_json(&inner).map_err(|e| {
-            EnvelopeError::BadInnerMessage(match e {
-                NotAMessage::Json(why) => why,
-                NotAMessage::Found(what) => format!("found {what}"),
-            })
-        }),
     }
 }
 

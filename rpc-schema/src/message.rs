@@ -8,7 +8,7 @@ use serde::de::{self, Deserializer as _, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 use crate::context::RequestContext;
-use crate::envelope::{type_name, version_is_compatible};
+use crate::envelope::{self, EnvelopeError, Outer, type_name, version_is_compatible};
 use crate::failure::RemoteFailure;
 
 /// The RPC API version every Magnum conductor endpoint implements.
@@ -190,6 +190,21 @@ impl Incoming {
             .and_then(|r| de.end().map(|()| r))
             .map_err(|e| NotAMessage::Json(e.to_string()))?;
         parsed.map_err(NotAMessage::Found)
+    }
+
+    /// Decode an AMQP body (after decompression) into a request: what
+    /// `Incoming::from_message(envelope::decode(body)?)` gives, without the
+    /// inner dict (the conductor's path for every message).
+    pub fn from_body(body: &[u8], limit: usize) -> Result<Incoming, EnvelopeError> {
+        match envelope::outer(body, limit)? {
+            Outer::Legacy(m) => Ok(Incoming::from_message(m)),
+            Outer::Enveloped(inner) => Incoming::from_json(&inner).map_err(|e| {
+                EnvelopeError::BadInnerMessage(match e {
+                    NotAMessage::Json(why) => why,
+                    NotAMessage::Found(what) => format!("found {what}"),
+                })
+            }),
+        }
     }
 
     /// A call expects a reply; a cast does not (decided by `_msg_id` alone).
