@@ -161,14 +161,6 @@ impl<'de> Visitor<'de> for SplitVisitor {
     }
 }
 
-/// Why a message's text is not a message: the parser's error, or what was
-/// found instead of an object.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NotAMessage {
-    Json(String),
-    Found(&'static str),
-}
-
 impl Incoming {
     /// Split a message dict into routing keys, context and body, as
     /// oslo's `unpack_context` does.
@@ -180,31 +172,20 @@ impl Incoming {
         split.finish()
     }
 
-    /// The same from the message dict's JSON text, as if it were parsed
-    /// into a dict and given to [`Incoming::from_message`] (a property test
-    /// checks both ways agree, failures included), without the dict.
-    pub fn from_json(text: &str) -> Result<Incoming, NotAMessage> {
-        let mut de = serde_json::Deserializer::from_str(text);
-        let parsed = de
-            .deserialize_any(SplitVisitor)
-            .and_then(|r| de.end().map(|()| r))
-            .map_err(|e| NotAMessage::Json(e.to_string()))?;
-        parsed.map_err(NotAMessage::Found)
-    }
-
     /// Decode an AMQP body (after decompression) into a request: what
-    /// `Incoming::from_message(envelope::decode(body)?)` gives, without the
-    /// inner dict (the conductor's path for every message).
+    /// `Incoming::from_message(envelope::decode(body)?)` gives, errors
+    /// included (a property test checks both ways agree), without building
+    /// the inner dict (the conductor's path for every message).
     pub fn from_body(body: &[u8], limit: usize) -> Result<Incoming, EnvelopeError> {
-        match envelope::outer(body, limit)? {
-            Outer::Legacy(m) => Ok(Incoming::from_message(m)),
-            Outer::Enveloped(inner) => Incoming::from_json(&inner).map_err(|e| {
-                EnvelopeError::BadInnerMessage(match e {
-                    NotAMessage::Json(why) => why,
-                    NotAMessage::Found(what) => format!("found {what}"),
-                })
-            }),
-        }
+        let inner = match envelope::outer(body, limit)? {
+            Outer::Legacy(m) => return Ok(Incoming::from_message(m)),
+            Outer::Enveloped(inner) => inner,
+        };
+        let mut de = serde_json::Deserializer::from_str(&inner);
+        de.deserialize_any(SplitVisitor)
+            .and_then(|r| de.end().map(|()| r))
+            .map_err(|e| EnvelopeError::BadInnerMessage(e.to_string()))?
+            .map_err(|found| EnvelopeError::BadInnerMessage(format!("found {found}")))
     }
 
     /// A call expects a reply; a cast does not (decided by `_msg_id` alone).
