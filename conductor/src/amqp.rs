@@ -1,26 +1,29 @@
-//! Thin adapter over lapin: connecting the way oslo's rabbit driver does
+//! Connecting the way oslo's rabbit driver does
 //! (host failover, vhost, TLS, heartbeat, SASL mechanism) and declaring a
 //! [`topology`](crate::topology) on a channel.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use amq_protocol::types::{AMQPValue, FieldTable, LongString, ShortString};
+use amq_protocol::uri::SASLMechanism;
 use common::config::Config;
-use lapin::options::{
-    BasicConsumeOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
-};
-use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
-use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::uri::{
-    AMQPAuthority, AMQPQueryString, AMQPScheme, AMQPUri, AMQPUserInfo, SASLMechanism,
-};
-use lapin::{Channel, Connection, ConnectionProperties, Consumer, ExchangeKind};
 
 use crate::topology::{ArgValue, Args, ConsumerDecl};
+
+pub mod client;
+pub mod frame;
+
+pub use client::{
+    BasicConsumeOptions, Channel, Connection, Consumer, ExchangeDeclareOptions, ExchangeKind,
+    QueueDeclareOptions,
+};
 
 /// A connection target, printable without its password.
 #[derive(Clone)]
 pub struct Target {
-    pub uri: AMQPUri,
+    /// Everything but TLS and the connection's name, which [`connect`] adds.
+    pub options: client::ConnectOptions,
     pub label: String,
 }
 
@@ -28,11 +31,6 @@ pub struct Target {
 /// with guest/guest when the URL names none, as kombu does).
 pub fn targets(cfg: &Config) -> Vec<Target> {
     let r = &cfg.rabbit;
-    let scheme = if r.ssl {
-        AMQPScheme::AMQPS
-    } else {
-        AMQPScheme::AMQP
-    };
     let default_port = if r.ssl { 5671 } else { 5672 };
     let vhost = match cfg.transport.virtual_host.as_deref() {
         None | Some("") => "/".to_string(),
@@ -43,14 +41,6 @@ pub fn targets(cfg: &Config) -> Vec<Target> {
         "EXTERNAL" => SASLMechanism::External,
         "RABBIT-CR-DEMO" => SASLMechanism::RabbitCrDemo,
         _ => SASLMechanism::AMQPlain,
-    };
-    let query = AMQPQueryString {
-        heartbeat: Some(r.heartbeat_timeout_threshold),
-        connection_timeout: Some(10_000),
-        auth_mechanism: Some(mechanism),
-        // py-amqp asks for frame_max 131072; bodies span frames either way.
-        frame_max: Some(131_072),
-        ..Default::default()
     };
     let mut hosts: Vec<(String, u16, String, String)> = cfg
         .transport
@@ -88,15 +78,19 @@ pub fn targets(cfg: &Config) -> Vec<Target> {
                 vhost
             );
             Target {
-                uri: AMQPUri {
-                    scheme: scheme.clone(),
-                    authority: AMQPAuthority {
-                        userinfo: AMQPUserInfo { username, password },
-                        host,
-                        port,
-                    },
+                options: client::ConnectOptions {
+                    host,
+                    port,
                     vhost: vhost.clone(),
-                    query: query.clone(),
+                    username,
+                    password,
+                    mechanism,
+                    heartbeat: r.heartbeat_timeout_threshold,
+                    // py-amqp asks for frame_max 131072; bodies span frames either way.
+                    frame_max: 131_072,
+                    timeout: Duration::from_secs(10),
+                    tls: None,
+                    name: String::new(),
                 },
                 label,
             }
@@ -113,17 +107,24 @@ pub enum ConnectError {
         path: String,
         source: std::io::Error,
     },
+    #[error("TLS settings: {0}")]
+    TlsConfig(String),
     #[error("connecting to {target}: {source}")]
     Amqp {
         target: String,
-        source: lapin::Error,
+        source: client::Error,
     },
 }
 
-fn tls_config(cfg: &Config) -> Result<OwnedTLSConfig, ConnectError> {
+/// The TLS client configuration of `[oslo_messaging_rabbit]`: the
+/// `ssl_ca_file` bundle (the system's roots without one), and the client
+/// certificate and key when both are set.
+fn tls_config(cfg: &Config) -> Result<Option<Arc<rustls::ClientConfig>>, ConnectError> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
     let r = &cfg.rabbit;
     if !r.ssl {
-        return Ok(OwnedTLSConfig::default());
+        return Ok(None);
     }
     let read = |what: &'static str, path: &str| {
         std::fs::read(path).map_err(|source| ConnectError::TlsFile {
@@ -132,42 +133,57 @@ fn tls_config(cfg: &Config) -> Result<OwnedTLSConfig, ConnectError> {
             source,
         })
     };
-    let cert_chain = if r.ssl_ca_file.is_empty() {
-        None
+    let mut roots = rustls::RootCertStore::empty();
+    if r.ssl_ca_file.is_empty() {
+        for c in rustls_native_certs::load_native_certs().certs {
+            let _ = roots.add(c);
+        }
     } else {
-        Some(String::from_utf8_lossy(&read("ssl_ca_file", &r.ssl_ca_file)?).into_owned())
-    };
-    let identity = if !r.ssl_cert_file.is_empty() && !r.ssl_key_file.is_empty() {
-        Some(OwnedIdentity::PKCS8 {
-            pem: read("ssl_cert_file", &r.ssl_cert_file)?,
-            key: read("ssl_key_file", &r.ssl_key_file)?,
-        })
+        let pem = read("ssl_ca_file", &r.ssl_ca_file)?;
+        for c in CertificateDer::pem_slice_iter(&pem) {
+            let c = c.map_err(|e| {
+                ConnectError::TlsConfig(format!("ssl_ca_file {}: {e}", r.ssl_ca_file))
+            })?;
+            roots.add(c).map_err(|e| {
+                ConnectError::TlsConfig(format!("ssl_ca_file {}: {e}", r.ssl_ca_file))
+            })?;
+        }
+    }
+    let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+    let config = if !r.ssl_cert_file.is_empty() && !r.ssl_key_file.is_empty() {
+        let pem = read("ssl_cert_file", &r.ssl_cert_file)?;
+        let chain = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| {
+                ConnectError::TlsConfig(format!("ssl_cert_file {}: {e}", r.ssl_cert_file))
+            })?;
+        let key = read("ssl_key_file", &r.ssl_key_file)?;
+        // The key's own text never goes into the error.
+        let key = PrivateKeyDer::from_pem_slice(&key).map_err(|_| {
+            ConnectError::TlsConfig(format!(
+                "ssl_key_file {}: no private key in it",
+                r.ssl_key_file
+            ))
+        })?;
+        builder
+            .with_client_auth_cert(chain, key)
+            .map_err(|e| ConnectError::TlsConfig(format!("client certificate: {e}")))?
     } else {
-        None
+        builder.with_no_client_auth()
     };
-    Ok(OwnedTLSConfig {
-        identity,
-        cert_chain,
-    })
+    Ok(Some(Arc::new(config)))
 }
 
 /// Open a connection to `target`.
 pub async fn connect(cfg: &Config, target: &Target) -> Result<Connection, ConnectError> {
-    let tls = tls_config(cfg)?;
-    let name = format!(
+    let mut options = target.options.clone();
+    options.tls = tls_config(cfg)?;
+    options.name = format!(
         "magnum-conductor:{}:{}",
         std::process::id(),
         uuid::Uuid::new_v4().simple()
     );
-    // We drive retries and failover ourselves; one TCP attempt per call.
-    let props = ConnectionProperties::default()
-        .with_connection_name(name.into())
-        .with_backoff(backon::ExponentialBuilder::default().with_max_times(0));
-    let runtime = lapin::runtime::default_runtime().map_err(|source| ConnectError::Amqp {
-        target: target.label.clone(),
-        source,
-    })?;
-    Connection::connect_uri_with_config(target.uri.clone(), props, tls, runtime)
+    Connection::connect(&options)
         .await
         .map_err(|source| ConnectError::Amqp {
             target: target.label.clone(),
@@ -192,7 +208,7 @@ pub fn field_table(args: &Args) -> FieldTable {
     t
 }
 
-fn is_durable_mismatch(e: &lapin::Error) -> bool {
+fn is_durable_mismatch(e: &client::Error) -> bool {
     e.to_string().contains("inequivalent arg 'durable'")
 }
 
@@ -204,7 +220,7 @@ pub async fn declare(
     conn: &Connection,
     channel: Channel,
     d: &ConsumerDecl,
-) -> Result<Channel, lapin::Error> {
+) -> Result<Channel, client::Error> {
     match declare_once(
         &channel,
         d,
@@ -231,14 +247,14 @@ async fn declare_once(
     exchange_durable: bool,
     queue_durable: bool,
     exchange_auto_delete: bool,
-) -> Result<(), lapin::Error> {
+) -> Result<(), client::Error> {
     let kind = match d.exchange_type {
         "fanout" => ExchangeKind::Fanout,
         "direct" => ExchangeKind::Direct,
         _ => ExchangeKind::Topic,
     };
     ch.exchange_declare(
-        d.exchange.as_str().into(),
+        d.exchange.as_str(),
         kind,
         ExchangeDeclareOptions {
             durable: exchange_durable,
@@ -249,7 +265,7 @@ async fn declare_once(
     )
     .await?;
     ch.queue_declare(
-        d.queue.as_str().into(),
+        d.queue.as_str(),
         QueueDeclareOptions {
             durable: queue_durable,
             auto_delete: d.queue_auto_delete,
@@ -259,20 +275,19 @@ async fn declare_once(
     )
     .await?;
     ch.queue_bind(
-        d.queue.as_str().into(),
-        d.exchange.as_str().into(),
-        d.binding_key.as_str().into(),
-        QueueBindOptions::default(),
+        d.queue.as_str(),
+        d.exchange.as_str(),
+        d.binding_key.as_str(),
         FieldTable::default(),
     )
     .await
 }
 
 /// Start consuming a declared queue with manual acks.
-pub async fn consume(ch: &Channel, d: &ConsumerDecl, tag: &str) -> Result<Consumer, lapin::Error> {
+pub async fn consume(ch: &Channel, d: &ConsumerDecl, tag: &str) -> Result<Consumer, client::Error> {
     ch.basic_consume(
-        d.queue.as_str().into(),
-        tag.into(),
+        d.queue.as_str(),
+        tag,
         BasicConsumeOptions {
             no_ack: false,
             ..Default::default()
@@ -342,17 +357,19 @@ mod tests {
             cfg("[DEFAULT]\ntransport_url = rabbit://u:p%40w@h1:5673,u:p%40w@h2//magnum?ssl=1\n");
         let t = targets(&c);
         assert_eq!(t.len(), 2);
-        assert_eq!(t[0].uri.authority.port, 5673);
-        assert_eq!(t[1].uri.authority.port, 5671, "ssl default port");
-        assert_eq!(t[0].uri.vhost, "/magnum");
-        assert_eq!(t[0].uri.authority.userinfo.password, "p@w");
+        assert_eq!(t[0].options.port, 5673);
+        assert_eq!(t[1].options.port, 5671, "ssl default port");
+        assert_eq!(t[0].options.vhost, "/magnum");
+        assert_eq!(t[0].options.password, "p@w");
         assert!(!t[0].label.contains("p@w"));
+        assert!(!format!("{:?}", t[0].options).contains("p@w"));
         let d = targets(&cfg(""));
         assert_eq!(
-            (d[0].uri.authority.host.as_str(), d[0].uri.vhost.as_str()),
+            (d[0].options.host.as_str(), d[0].options.vhost.as_str()),
             ("localhost", "/")
         );
-        assert_eq!(d[0].uri.query.auth_mechanism, Some(SASLMechanism::AMQPlain));
+        assert_eq!(d[0].options.mechanism, SASLMechanism::AMQPlain);
+        assert_eq!(d[0].options.heartbeat, 60);
     }
 
     #[test]

@@ -337,7 +337,7 @@ async fn broker(cfg: &Config) -> Line {
     for t in &targets {
         match tokio::time::timeout(Duration::from_secs(10), crate::amqp::connect(cfg, t)).await {
             Ok(Ok(conn)) => {
-                let _ = conn.close(200, "magnum-conductor check".into()).await;
+                let _ = conn.close(200, "magnum-conductor check").await;
                 return Line::ok("broker", format!("{}: connected", t.label));
             }
             Ok(Err(e)) => errors.push(e.to_string()),

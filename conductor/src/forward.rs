@@ -17,8 +17,8 @@
 //! again with the same `_unique_id`, which oslo.messaging's listener
 //! drops as a duplicate (`amqp._MsgIdCache`, its last 16 ids).
 
-use lapin::options::BasicPublishOptions;
-use lapin::{Channel, Confirmation};
+use crate::amqp::Channel;
+use crate::amqp::client::{BasicPublishOptions, Confirmation};
 use tokio::sync::watch;
 
 /// Republishes deliveries on the RPC exchange.
@@ -41,7 +41,7 @@ impl Forwarder {
     pub async fn forward(
         &self,
         body: &[u8],
-        properties: lapin::BasicProperties,
+        properties: amq_protocol::protocol::BasicProperties,
         topic: &str,
     ) -> Result<(), String> {
         let ch = self.channel.borrow().clone();
@@ -50,16 +50,12 @@ impl Forwarder {
         };
         let confirm = ch
             .basic_publish(
-                self.exchange.as_str().into(),
-                topic.into(),
-                BasicPublishOptions {
-                    mandatory: true,
-                    ..Default::default()
-                },
+                &self.exchange,
+                topic,
+                BasicPublishOptions { mandatory: true },
                 body,
                 properties,
             )
-            .await
             .map_err(|e| e.to_string())?;
         match confirm.await.map_err(|e| e.to_string())? {
             Confirmation::Ack(None) | Confirmation::NotRequested => Ok(()),

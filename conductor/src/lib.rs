@@ -2,7 +2,8 @@
 //!
 //! Layout:
 //! - [`topology`]: what the RPC server declares, from the oslo options (pure);
-//! - [`amqp`]: connecting and declaring with lapin (thin I/O adapter);
+//! - [`amqp`]: connecting and declaring; [`amqp::client`], the AMQP 0-9-1
+//!   client on the runtime's own tasks, and [`amqp::frame`], its pure framing;
 //! - [`server`]: the receive → decode → dispatch → reply → ack loop, with
 //!   reconnects and graceful shutdown; [`reply`] sends replies;
 //!   [`dedup`] remembers `_unique_id`s;

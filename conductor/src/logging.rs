@@ -33,9 +33,9 @@ pub const JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
 /// The filter directives for these options (pure).
 pub fn directives(debug: bool, default_log_levels: &[String]) -> String {
     let mut d = vec![if debug {
-        "debug,lapin=info,amq_protocol=info".to_string()
+        "debug".to_string()
     } else {
-        "info,lapin=warn".to_string()
+        "info".to_string()
     }];
     for pair in default_log_levels {
         let Some((target, level)) = pair.split_once('=') else {
@@ -267,55 +267,9 @@ pub fn check(opts: &DefaultOpts) -> Result<(), String> {
     Ok(())
 }
 
-/// Drops lapin's ERROR line for a refusal this process expects and
-/// handles: the broker closing a channel with 405 RESOURCE_LOCKED on
-/// `queue` (the leader election's exclusive queue, declared by every
-/// conductor that does not lead at each round: two of three conductors
-/// would otherwise log an ERROR every few seconds for ever). The election
-/// says it at debug ("another conductor leads"); any other refusal, and
-/// any other lapin line, passes.
-pub struct ExpectedRefusal {
-    pub queue: &'static str,
-}
-
-impl ExpectedRefusal {
-    /// Pure: whether a lapin event with these rendered fields is the
-    /// expected refusal.
-    pub fn matches(&self, target: &str, level: Level, fields: &str) -> bool {
-        target.starts_with("lapin")
-            && level == Level::ERROR
-            && fields.contains("RESOURCE_LOCKED")
-            && fields.contains(&format!("'{}'", self.queue))
-    }
-}
-
-impl<S: tracing::Subscriber> Layer<S> for ExpectedRefusal {
-    fn event_enabled(
-        &self,
-        event: &tracing::Event<'_>,
-        _: tracing_subscriber::layer::Context<'_, S>,
-    ) -> bool {
-        let meta = event.metadata();
-        if !meta.target().starts_with("lapin") || *meta.level() != Level::ERROR {
-            return true;
-        }
-        struct Fields(String);
-        impl tracing::field::Visit for Fields {
-            fn record_debug(&mut self, _: &tracing::field::Field, v: &dyn std::fmt::Debug) {
-                use std::fmt::Write;
-                let _ = write!(self.0, "{v:?} ");
-            }
-        }
-        let mut f = Fields(String::new());
-        event.record(&mut f);
-        !self.matches(meta.target(), *meta.level(), &f.0)
-    }
-}
-
 /// Install the subscriber. An unusable log file or journal is an error
-/// (the caller says so and stops, as oslo.log would raise). `quiet` drops
-/// one expected lapin refusal (see [`ExpectedRefusal`]).
-pub fn init(opts: &DefaultOpts, quiet: ExpectedRefusal) -> Result<Handle, String> {
+/// (the caller says so and stops, as oslo.log would raise).
+pub fn init(opts: &DefaultOpts) -> Result<Handle, String> {
     let filter = match std::env::var("RUST_LOG") {
         Ok(v) if !v.is_empty() => tracing_subscriber::EnvFilter::builder().parse_lossy(v),
         _ => tracing_subscriber::EnvFilter::builder()
@@ -344,7 +298,6 @@ pub fn init(opts: &DefaultOpts, quiet: ExpectedRefusal) -> Result<Handle, String
     tracing_subscriber::registry()
         .with(layers)
         .with(filter)
-        .with(quiet)
         .try_init()
         .map_err(|e| e.to_string())?;
     Ok(handle)
@@ -367,24 +320,8 @@ mod tests {
                 "x=LOUD".into(),
             ],
         );
-        assert_eq!(d, "info,lapin=warn,kube=warn,amqp=warn,sqlx=error");
-        assert!(directives(true, &[]).starts_with("debug,"));
-    }
-
-    #[test]
-    fn only_the_election_refusal_is_dropped() {
-        let q = ExpectedRefusal {
-            queue: "magnum-conductor-leader",
-        };
-        let refusal = "Close { reply_code: 405, reply_text: ShortString(\"RESOURCE_LOCKED - cannot \
-                       obtain exclusive access to locked queue 'magnum-conductor-leader' in vhost \
-                       '/'\"), class_id: 50, method_id: 10 }";
-        assert!(q.matches("lapin::channel", Level::ERROR, refusal));
-        // Another queue locked, another level, another crate: shown.
-        let other = refusal.replace("magnum-conductor-leader", "magnum-conductor");
-        assert!(!q.matches("lapin::channel", Level::ERROR, &other));
-        assert!(!q.matches("lapin::channel", Level::ERROR, "Close { reply_code: 404 }"));
-        assert!(!q.matches("conductor::server", Level::ERROR, refusal));
+        assert_eq!(d, "info,kube=warn,amqp=warn,sqlx=error");
+        assert_eq!(directives(true, &[]), "debug");
     }
 
     #[test]

@@ -72,11 +72,7 @@ enum Command {
 }
 
 fn init_logging(debug: bool) {
-    let default = if debug {
-        "debug,lapin=info,amq_protocol=info"
-    } else {
-        "info,lapin=warn"
-    };
+    let default = if debug { "debug" } else { "info" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
@@ -86,12 +82,10 @@ fn init_logging(debug: bool) {
 }
 
 /// `check` prints its report on stdout; only warnings of its own go to
-/// stderr (a failed broker login makes lapin log errors: the report says it).
+/// stderr.
 fn init_check_logging() {
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(
-            "warn,lapin=off,amq_protocol=off",
-        ))
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
         .with_target(false)
         .with_writer(std::io::stderr)
         .try_init();
@@ -169,12 +163,7 @@ fn main() -> ExitCode {
         init_check_logging();
         conductor::logging::Handle::default()
     } else {
-        match conductor::logging::init(
-            &cfg.default,
-            conductor::logging::ExpectedRefusal {
-                queue: conductor::lifecycle::coordination::elect::LOCK_QUEUE,
-            },
-        ) {
+        match conductor::logging::init(&cfg.default) {
             Ok(h) => h,
             Err(e) => {
                 eprintln!("magnum-conductor: {e}");

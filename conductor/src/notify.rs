@@ -20,17 +20,17 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use amq_protocol::types::FieldTable;
 use common::config::Config;
-use lapin::options::{
-    BasicPublishOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
-};
-use lapin::types::FieldTable;
-use lapin::{Channel, ExchangeKind};
 use rpc_schema::RequestContext;
 use rpc_schema::ovo::MagnumObject;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, watch};
 
+use crate::amqp::client::{
+    BasicPublishOptions, Channel, Error as AmqpError, ExchangeDeclareOptions, ExchangeKind,
+    QueueDeclareOptions,
+};
 use crate::metrics::Metrics;
 
 /// How many notifications may wait for the broker.
@@ -482,7 +482,7 @@ impl Publisher {
                 // Retry until published: the broker may be reconnecting.
                 loop {
                     let chan = self.channel.borrow().clone();
-                    let Some(chan) = chan.filter(|c| c.status().connected()) else {
+                    let Some(chan) = chan.filter(|c| c.is_connected()) else {
                         if self.channel.changed().await.is_err() {
                             return;
                         }
@@ -507,11 +507,11 @@ impl Publisher {
         }
     }
 
-    async fn publish(&mut self, chan: &Channel, key: &str, body: &str) -> Result<(), lapin::Error> {
+    async fn publish(&mut self, chan: &Channel, key: &str, body: &str) -> Result<(), AmqpError> {
         let id = (chan.id(), key.to_string());
         if !self.declared.contains(&id) {
             chan.exchange_declare(
-                self.exchange.as_str().into(),
+                &self.exchange,
                 ExchangeKind::Topic,
                 ExchangeDeclareOptions {
                     durable: self.durable,
@@ -522,7 +522,7 @@ impl Publisher {
             )
             .await?;
             chan.queue_declare(
-                key.into(),
+                key,
                 QueueDeclareOptions {
                     durable: self.durable,
                     auto_delete: self.auto_delete,
@@ -531,24 +531,17 @@ impl Publisher {
                 self.queue_args.clone(),
             )
             .await?;
-            chan.queue_bind(
-                key.into(),
-                self.exchange.as_str().into(),
-                key.into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
+            chan.queue_bind(key, &self.exchange, key, FieldTable::default())
+                .await?;
             self.declared.insert(id);
         }
         chan.basic_publish(
-            self.exchange.as_str().into(),
-            key.into(),
+            &self.exchange,
+            key,
             BasicPublishOptions::default(),
             body.as_bytes(),
             crate::reply::properties(None),
-        )
-        .await?
+        )?
         .await?;
         Ok(())
     }

@@ -8,10 +8,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lapin::Confirmation;
-use lapin::options::BasicPublishOptions;
-use lapin::types::{AMQPValue, FieldTable, LongString};
-use lapin::{BasicProperties, Channel};
+use amq_protocol::protocol::BasicProperties;
+use amq_protocol::types::{AMQPValue, FieldTable, LongString};
+
+use crate::amqp::Channel;
+use crate::amqp::client::{BasicPublishOptions, Confirmation};
 use rpc_schema::Compression;
 use tokio::sync::watch;
 
@@ -144,16 +145,14 @@ impl Replier {
     async fn publish_once(&self, ch: &Channel, reply_q: &str, body: &[u8]) -> Result<(), String> {
         let confirm = ch
             .basic_publish(
-                "".into(),
-                reply_q.into(),
+                "",
+                reply_q,
                 BasicPublishOptions {
                     mandatory: self.mandatory,
-                    ..Default::default()
                 },
                 body,
                 properties(self.compression),
             )
-            .await
             .map_err(|e| e.to_string())?;
         match confirm.await.map_err(|e| e.to_string())? {
             Confirmation::Ack(None) | Confirmation::NotRequested => Ok(()),

@@ -15,18 +15,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use amq_protocol::types::AMQPValue;
 use common::config::Config;
 use futures_util::StreamExt;
-use lapin::message::Delivery;
-use lapin::options::{
-    BasicCancelOptions, BasicQosOptions, ConfirmSelectOptions, QueueDeleteOptions,
-};
-use lapin::types::AMQPValue;
-use lapin::{Channel, Connection};
 use rpc_schema::{Compression, Incoming};
 use tokio::sync::{Semaphore, watch};
 
-use crate::amqp;
+use crate::amqp::client::{Delivery, QueueDeleteOptions};
+use crate::amqp::{self, Channel, Connection};
 use crate::dedup::Dedup;
 use crate::handlers::Handlers;
 use crate::metrics::Metrics;
@@ -221,13 +217,13 @@ impl<H: Handlers> RpcServer<H> {
                     d.consumer_args = vec![("x-stream-offset", ArgValue::Int(off))];
                 }
             }
-            let session = match open_session(&cfg, &conn, &decls).await {
+            let mut session = match open_session(&cfg, &conn, &decls).await {
                 Ok(s) => s,
                 Err(e) => {
                     self.metrics.amqp_connect_failures.inc();
                     let delay = amqp::retry_delay(&cfg, attempt);
                     tracing::error!(target = %target.label, error = %e, "declaring the RPC topology failed");
-                    let _ = conn.close(320, "declare failed".into()).await;
+                    let _ = conn.close(320, "declare failed").await;
                     attempt = attempt.saturating_add(1);
                     tokio::select! {
                         _ = &mut shutdown => break,
@@ -246,7 +242,7 @@ impl<H: Handlers> RpcServer<H> {
             self.metrics.amqp_connected.set(1);
             self.health.consuming.store(true, Ordering::SeqCst);
 
-            let end = run_session(&shared, &session, &mut shutdown, &mut stream_offset).await;
+            let end = run_session(&shared, &mut session, &mut shutdown, &mut stream_offset).await;
 
             self.health.consuming.store(false, Ordering::SeqCst);
             self.metrics.amqp_connected.set(0);
@@ -255,10 +251,7 @@ impl<H: Handlers> RpcServer<H> {
                     tracing::info!("shutting down: no new requests; waiting for in-flight ones");
                     bounded_step("cancelling the consumers", async {
                         for (tag, _) in &session.consumer_tags {
-                            let _ = session
-                                .consumer_channel
-                                .basic_cancel(tag.as_str().into(), BasicCancelOptions::default())
-                                .await;
+                            let _ = session.consumer_channel.basic_cancel(tag).await;
                         }
                     })
                     .await;
@@ -273,10 +266,7 @@ impl<H: Handlers> RpcServer<H> {
                         bounded_step("deleting the fanout queue", async {
                             let _ = session
                                 .consumer_channel
-                                .queue_delete(
-                                    f.queue.as_str().into(),
-                                    QueueDeleteOptions::default(),
-                                )
+                                .queue_delete(&f.queue, QueueDeleteOptions::default())
                                 .await;
                         })
                         .await;
@@ -294,7 +284,7 @@ impl<H: Handlers> RpcServer<H> {
                     })
                     .await;
                     bounded_step("closing the AMQP connection", async {
-                        let _ = conn.close(200, "shutdown".into()).await;
+                        let _ = conn.close(200, "shutdown").await;
                     })
                     .await;
                     return;
@@ -303,7 +293,7 @@ impl<H: Handlers> RpcServer<H> {
                     let _ = chan_tx.send(None);
                     self.connection.send_replace(None);
                     tracing::error!(reason = %why, "lost the AMQP connection; reconnecting");
-                    let _ = conn.close(320, "reconnecting".into()).await;
+                    let _ = conn.close(320, "reconnecting").await;
                     let delay = Duration::from_secs_f64(r.kombu_reconnect_delay);
                     tokio::select! {
                         _ = &mut shutdown => break,
@@ -361,21 +351,18 @@ struct Session {
     consumer_channel: Channel,
     publisher: Channel,
     consumer_tags: Vec<(String, ConsumerKind)>,
-    consumers: Vec<(ConsumerKind, lapin::Consumer)>,
+    /// Taken by the session's loop.
+    consumers: Vec<(ConsumerKind, amqp::Consumer)>,
 }
 
 async fn open_session(
     cfg: &Config,
     conn: &Connection,
     decls: &[ConsumerDecl],
-) -> Result<Session, lapin::Error> {
+) -> Result<Session, amqp::client::Error> {
     let mut ch = conn.create_channel().await?;
     if cfg.rabbit.rabbit_qos_prefetch_count > 0 {
-        ch.basic_qos(
-            cfg.rabbit.rabbit_qos_prefetch_count,
-            BasicQosOptions::default(),
-        )
-        .await?;
+        ch.basic_qos(cfg.rabbit.rabbit_qos_prefetch_count).await?;
     }
     for d in decls {
         ch = amqp::declare(conn, ch, d).await?;
@@ -388,9 +375,7 @@ async fn open_session(
         consumer_tags.push((tag, d.kind));
     }
     let publisher = conn.create_channel().await?;
-    publisher
-        .confirm_select(ConfirmSelectOptions::default())
-        .await?;
+    publisher.confirm_select().await?;
     Ok(Session {
         consumer_channel: ch,
         publisher,
@@ -401,20 +386,20 @@ async fn open_session(
 
 async fn run_session<H: Handlers>(
     shared: &Arc<Shared<H>>,
-    session: &Session,
+    session: &mut Session,
     shutdown: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
     stream_offset: &mut Option<i64>,
 ) -> SessionEnd {
     // Each consumer's stream ends with a `None` marker: `select_all` alone
     // would only end once *every* consumer is gone, so one queue deleted
     // under us (the broker cancels its consumer) would go unnoticed.
-    let streams = session.consumers.iter().map(|(kind, c)| {
-        let kind = *kind;
-        c.clone()
-            .map(move |d| (kind, Some(d)))
-            .chain(futures_util::stream::once(async move { (kind, None) }))
-            .boxed()
-    });
+    let streams = std::mem::take(&mut session.consumers)
+        .into_iter()
+        .map(|(kind, c)| {
+            c.map(move |d| (kind, Some(d)))
+                .chain(futures_util::stream::once(async move { (kind, None) }))
+                .boxed()
+        });
     let mut merged = futures_util::stream::select_all(streams);
     // Cleared when this session ends: casts still waiting for a slot then
     // leave their delivery unacknowledged for the broker to hand out again.
@@ -438,9 +423,19 @@ async fn run_session<H: Handlers>(
                         *stream_offset = Some(off + 1);
                     }
                     let started = Instant::now();
-                    let decoded = decode(shared, &delivery);
-                    match lane(&decoded) {
-                        Lane::Call => {
+                    // A cast is known without decoding it (it is decoded
+                    // once, when its turn comes); anything else is decoded
+                    // here to find its lane.
+                    let known = lane_without_decoding(
+                        &delivery.data,
+                        compression_header(&delivery).is_some(),
+                    );
+                    let decoded = match known {
+                        Some(_) => None,
+                        None => Some(decode(shared, &delivery)),
+                    };
+                    match decoded {
+                        Some(decoded) if lane(&decoded) == Lane::Call => {
                             // Backpressure: wait for a free call slot before
                             // taking more (calls are short).
                             let permit = match shared.call_slots.clone().acquire_owned().await {
@@ -457,7 +452,7 @@ async fn run_session<H: Handlers>(
                                 drop(permit);
                             });
                         }
-                        Lane::Cast => {
+                        _ => {
                             // Wait for a cast slot without holding up the
                             // calls behind this cast: the broker has
                             // delivered it already (the prefetch count,
@@ -465,7 +460,7 @@ async fn run_session<H: Handlers>(
                             // slots are handed out in arrival order. A
                             // waiting cast keeps its bytes, not the decoded
                             // message (several times their size): it is
-                            // decoded again when its turn comes.
+                            // decoded when its turn comes.
                             drop(decoded);
                             let shared = shared.clone();
                             let live = live.clone();
@@ -507,13 +502,25 @@ fn decode<H: Handlers>(
     decoded
 }
 
-/// Which handler slots a message takes: a well-formed cast waits for a
-/// cast slot; calls, and anything that did not decode (refused at once),
-/// take a call slot.
+/// Which handler slots a message takes: a cast waits for a cast slot;
+/// calls, and anything that did not decode (refused at once), take a call
+/// slot. A body with no `_msg_id` in its bytes is taken for a cast without
+/// decoding it ([`lane_without_decoding`]): if it does not decode either,
+/// it is refused when its turn comes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Lane {
     Call,
     Cast,
+}
+
+/// A lane read off a body's bytes alone, where that is certain: a body
+/// (not compressed) with no `_msg_id` anywhere in it is no call (a call's
+/// inner message has that key, oslo's `_msg_id`). `None`: decode to know.
+fn lane_without_decoding(body: &[u8], compressed: bool) -> Option<Lane> {
+    if compressed || memchr::memmem::find(body, b"_msg_id").is_some() {
+        return None;
+    }
+    Some(Lane::Cast)
 }
 
 fn lane(decoded: &Result<Incoming, rpc_schema::EnvelopeError>) -> Lane {
@@ -599,5 +606,36 @@ mod tests {
         assert_eq!(lane(&decode_delivery(cast, None, 1 << 20)), Lane::Cast);
         // Refused at once, whatever it was meant to be: no reason to wait.
         assert_eq!(lane(&decode_delivery(b"{", None, 1 << 20)), Lane::Call);
+    }
+
+    #[test]
+    fn a_cast_is_known_by_its_bytes_and_a_call_never_taken_for_one() {
+        let call = br#"{"oslo.version": "2.0", "oslo.message": "{\"method\": \"ping_conductor\", \"args\": {}, \"_msg_id\": \"m\", \"_reply_q\": \"r\"}"}"#;
+        let cast = br#"{"oslo.version": "2.0", "oslo.message": "{\"method\": \"cluster_delete\", \"args\": {\"uuid\": \"u\"}}"}"#;
+        let cast_naming_it = br#"{"oslo.version": "2.0", "oslo.message": "{\"method\": \"cluster_delete\", \"args\": {\"uuid\": \"_msg_id\"}}"}"#;
+        assert_eq!(lane_without_decoding(cast, false), Some(Lane::Cast));
+        assert_eq!(lane_without_decoding(call, false), None);
+        // Unsure: decoded to know (and found a cast).
+        assert_eq!(lane_without_decoding(cast_naming_it, false), None);
+        assert_eq!(
+            lane(&decode_delivery(cast_naming_it, None, 1 << 20)),
+            Lane::Cast
+        );
+        assert_eq!(
+            lane_without_decoding(cast, true),
+            None,
+            "compressed: not read"
+        );
+        // Every recorded call has the key where the bytes show it.
+        for fixture in [
+            include_str!("../../tests/fixtures/rpc/ping_conductor_call.json"),
+            include_str!("../../tests/fixtures/rpc/cluster_create_call.json"),
+            include_str!("../../tests/fixtures/rpc/cluster_upgrade_call.json"),
+        ] {
+            let f: serde_json::Value = serde_json::from_str(fixture).unwrap();
+            let body = f["body"].as_str().unwrap().as_bytes();
+            assert!(lane(&decode_delivery(body, None, 1 << 20)) == Lane::Call);
+            assert_eq!(lane_without_decoding(body, false), None);
+        }
     }
 }

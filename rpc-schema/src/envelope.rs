@@ -212,6 +212,14 @@ pub fn outer(body: &[u8], limit: usize) -> Result<Outer, EnvelopeError> {
     if body.len() > limit {
         return Err(EnvelopeError::TooLarge { limit });
     }
+    if let Some(inner) = oslo_outer(body) {
+        return Ok(Outer::Enveloped(inner));
+    }
+    parsed_outer(body)
+}
+
+/// [`outer`] by the general JSON parser.
+fn parsed_outer(body: &[u8]) -> Result<Outer, EnvelopeError> {
     let outer: Value =
         serde_json::from_slice(body).map_err(|e| EnvelopeError::NotJson(e.to_string()))?;
     let Value::Object(mut outer) = outer else {
@@ -241,6 +249,91 @@ pub fn outer(body: &[u8], limit: usize) -> Result<Outer, EnvelopeError> {
         ))),
         None => Ok(Outer::Enveloped(String::new())),
     }
+}
+
+/// The outer layer exactly as oslo.messaging writes it
+/// (`{"oslo.version": "2.0", "oslo.message": "..."}`, kombu's `json.dumps`):
+/// the inner text, unescaped in one pass. `None` for anything else, which
+/// the general parser then reads (and gives the error for): this is only a
+/// shortcut to the same string, never another answer
+/// (`outer_shortcut_agrees_with_the_parser` in the tests).
+fn oslo_outer(body: &[u8]) -> Option<String> {
+    const PREFIX: &[u8] = br#"{"oslo.version": "2.0", "oslo.message": ""#;
+    let rest = body.strip_prefix(PREFIX)?;
+    let (inner, tail) = unescape_json_string(rest)?;
+    // JSON's whitespace only (not `trim_ascii`'s, which has form feed).
+    let ws = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    let mut rest = tail.iter().skip_while(|b| ws(b));
+    (rest.next() == Some(&b'}') && rest.all(ws)).then_some(inner)
+}
+
+/// Read a JSON string's contents up to its closing quote (the opening one
+/// already consumed): the unescaped text and what follows the quote.
+/// `None` where JSON would refuse the string or this does not handle it
+/// (a lone surrogate, a raw control character, invalid UTF-8).
+fn unescape_json_string(s: &[u8]) -> Option<(String, &[u8])> {
+    let mut out: Vec<u8> = Vec::with_capacity(s.len());
+    let mut i = 0;
+    loop {
+        // The run up to the next quote or backslash, which holds no raw
+        // control character (JSON has none in a string).
+        let end = i + memchr::memchr2(b'"', b'\\', &s[i..])?;
+        let run = &s[i..end];
+        if run.iter().fold(false, |c, &b| c | (b < 0x20)) {
+            return None;
+        }
+        out.extend_from_slice(run);
+        i = end;
+        match s[i] {
+            b'"' => break,
+            b'\\' => {
+                let c = *s.get(i + 1)?;
+                i += 2;
+                match c {
+                    b'"' | b'\\' | b'/' => out.push(c),
+                    b'b' => out.push(0x08),
+                    b'f' => out.push(0x0c),
+                    b'n' => out.push(b'\n'),
+                    b'r' => out.push(b'\r'),
+                    b't' => out.push(b'\t'),
+                    b'u' => {
+                        let hi = hex4(s.get(i..i + 4)?)?;
+                        i += 4;
+                        let code = match hi {
+                            0xD800..=0xDBFF => {
+                                if s.get(i..i + 2)? != b"\\u" {
+                                    return None;
+                                }
+                                let lo = hex4(s.get(i + 2..i + 6)?)?;
+                                if !(0xDC00..=0xDFFF).contains(&lo) {
+                                    return None;
+                                }
+                                i += 6;
+                                0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
+                            }
+                            0xDC00..=0xDFFF => return None,
+                            c => c,
+                        };
+                        let ch = char::from_u32(code)?;
+                        let mut buf = [0u8; 4];
+                        out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+                    }
+                    _ => return None,
+                }
+            }
+            _ => return None,
+        }
+    }
+    let tail = &s[i + 1..];
+    String::from_utf8(out).ok().map(|t| (t, tail))
+}
+
+fn hex4(h: &[u8]) -> Option<u32> {
+    let mut v = 0u32;
+    for &b in h {
+        v = (v << 4) | (b as char).to_digit(16)?;
+    }
+    Some(v)
 }
 
 /// Decode an AMQP body (after decompression) into the inner message dict.
@@ -299,6 +392,76 @@ mod tests {
     use serde_json::json;
 
     const LIMIT: usize = 1 << 20;
+
+    /// The shortcut gives the parser's string or nothing.
+    fn shortcut_agrees(body: &[u8]) {
+        if let Some(fast) = oslo_outer(body) {
+            match parsed_outer(body) {
+                Ok(Outer::Enveloped(slow)) => assert_eq!(fast, slow, "{body:?}"),
+                Ok(Outer::Legacy(_)) => panic!("the parser saw a legacy message: {body:?}"),
+                Err(e) => panic!("the shortcut read what the parser refuses ({e}): {body:?}"),
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 3000, ..Default::default() })]
+        #[test]
+        fn outer_shortcut_agrees_with_the_parser(
+            // Any text, and text made of what needs escaping.
+            text in proptest::prop_oneof![
+                proptest::prelude::any::<String>(),
+                "[\\x00-\\x1f\"\\\\/a\u{e9}\u{7f}\u{2028}\u{1F600}]{0,24}",
+            ],
+            junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..48),
+            // Escape sequences, good and bad, surrogates among them.
+            escapes in "(\\\\[\"\\\\/bfnrtux]|\\\\u[0-9a-fA-F]{4}|\\\\u[dD][89abAB][0-9a-f]{2}|\\\\u[dD][c-fC-F][0-9a-f]{2}|[a\"}\\x01])*",
+            cut in 0usize..64,
+        ) {
+            const PREFIX: &str = r#"{"oslo.version": "2.0", "oslo.message": "#;
+            // The inner text as Python writes it (ASCII, \u escapes with
+            // surrogate pairs) and as serde_json does (raw UTF-8).
+            for quoted in [crate::pyjson::to_string(&text), serde_json::to_string(&text).unwrap()] {
+                let body = format!("{PREFIX}{quoted}}}");
+                // A well-formed body takes the shortcut.
+                proptest::prop_assert_eq!(oslo_outer(body.as_bytes()), Some(text.clone()));
+                shortcut_agrees(body.as_bytes());
+                // Cut short, or followed by anything.
+                let b = body.as_bytes();
+                shortcut_agrees(&b[..b.len().saturating_sub(cut)]);
+                let mut tail = b.to_vec();
+                tail.extend_from_slice(&junk);
+                shortcut_agrees(&tail);
+            }
+            // Anything at all after the prefix.
+            let mut raw = format!("{PREFIX}\"").into_bytes();
+            raw.extend_from_slice(&junk);
+            shortcut_agrees(&raw);
+            shortcut_agrees(format!("{PREFIX}\"{escapes}\"}}").as_bytes());
+            shortcut_agrees(format!("{PREFIX}\"{escapes}").as_bytes());
+        }
+    }
+
+    #[test]
+    fn outer_shortcut_refuses_what_json_refuses() {
+        let p = r#"{"oslo.version": "2.0", "oslo.message": ""#;
+        for bad in [
+            r#"\ud800"}"#,       // a lone high surrogate
+            r#"\udc00"}"#,       // a lone low surrogate
+            r#"\ud800\u0041"}"#, // a high surrogate with no low one
+            r#"\x"}"#,           // no such escape
+            "a\tb\"}",           // a raw control character
+            r#"abc"} x"#,        // something after the object
+            r#"abc", "k": 1}"#,  // another key
+            "abc\"}\x0c",        // form feed is no JSON whitespace
+        ] {
+            assert_eq!(oslo_outer(format!("{p}{bad}").as_bytes()), None, "{bad}");
+        }
+        assert_eq!(
+            oslo_outer(format!(r#"{p}\ud83d\ude00 \u00e9\n\/"}} "#).as_bytes()).as_deref(),
+            Some("\u{1F600} \u{e9}\n/")
+        );
+    }
 
     #[test]
     fn decodes_enveloped_and_legacy() {

@@ -8,15 +8,25 @@
 
 use std::time::Duration;
 
+use conductor::amqp::client::{ConnectOptions, Connection};
 use conductor::lifecycle::coordination::elect::{Attempt, LOCK_QUEUE, try_lock};
 use integration_tests::{Vhost, rabbitmqctl};
-use lapin::{Connection, ConnectionProperties};
 
+/// A connection of the conductor's own client, as the RPC server opens it.
 async fn connect(vhost: &Vhost, name: &str) -> Connection {
-    Connection::connect(
-        &vhost.amqp_url(),
-        ConnectionProperties::default().with_connection_name(name.into()),
-    )
+    Connection::connect(&ConnectOptions {
+        host: "127.0.0.1".into(),
+        port: 5672,
+        vhost: vhost.0.clone(),
+        username: "guest".into(),
+        password: "guest".into(),
+        mechanism: amq_protocol::uri::SASLMechanism::AMQPlain,
+        heartbeat: 60,
+        frame_max: 131_072,
+        timeout: Duration::from_secs(10),
+        tls: None,
+        name: name.into(),
+    })
     .await
     .expect("RabbitMQ at 127.0.0.1:5672")
 }
@@ -53,7 +63,7 @@ async fn one_connection_owns_the_lock_until_it_ends() {
         assert!(matches!(again, Attempt::Held), "{again:?}");
     }
     assert!(
-        b.status().connected(),
+        b.is_connected(),
         "a refusal closes a channel, not the connection"
     );
     let line = lock_queue_line(&vhost).expect("the lock queue exists");
@@ -67,7 +77,7 @@ async fn one_connection_owns_the_lock_until_it_ends() {
 
     // A clean close: the queue goes with the connection.
     // (Its channels may be closing: the drop of an attempt's channel closes it.)
-    let _ = a.close(200, "stop".into()).await;
+    let _ = a.close(200, "stop").await;
     let mut took = None;
     for i in 0..50 {
         if won(&try_lock(&b, "host-b-1").await) {
@@ -104,5 +114,5 @@ async fn one_connection_owns_the_lock_until_it_ends() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(c_won, "c never won after the broker closed b's connection");
-    let _ = c.close(200, "done".into()).await;
+    let _ = c.close(200, "done").await;
 }

@@ -40,11 +40,9 @@ def last_json(out):
 
 BASELINE = os.path.join(ROOT, "tests", "bench-baseline.json")
 # How much a figure may grow over its recorded baseline before the suite fails.
+# (A call's and a cast's counts move under 1% between runs, idle or loaded,
+# since bench_instructions.py dumps only once every message was handled.)
 INSTRUCTIONS_MARGIN = 0.15
-# A cast's count follows the machine's load (the broker's batching): the same
-# build gave 321,476 - 351,575 beside another benchmark and 426,838 in a full
-# suite run, so its margin is wider; a call's count moves under 1%.
-CAST_INSTRUCTIONS_MARGIN = 0.35
 CACHE_BYTES_MARGIN = 0.10
 
 
@@ -104,7 +102,6 @@ def test_instructions_per_message_did_not_grow():
     """callgrind's count of a call and a cast (this build: debug, with the
     crash points, as the suite runs it) against the recorded baseline."""
     out = run("bench_instructions.py", "--load", LOAD_BIN, "--conductor", CONDUCTOR_BIN, "--baseline", BASELINE,
-              "--build", "debug-failpoints", "--check", INSTRUCTIONS_MARGIN,
-              "--cast-check", CAST_INSTRUCTIONS_MARGIN, timeout=600)
+              "--build", "debug-failpoints", "--check", INSTRUCTIONS_MARGIN, timeout=600)
     report = last_json(out)
     assert set(report["growth"]) == {"call_instructions_per_message", "cast_instructions_per_message"}, report

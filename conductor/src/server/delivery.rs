@@ -9,9 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
 
-use lapin::Channel;
-use lapin::message::Delivery;
-use lapin::options::{BasicAckOptions, BasicRejectOptions};
+use crate::amqp::Channel;
+use crate::amqp::client::{Delivery, Error as AmqpError};
 use rpc_schema::{
     ConductorRequest, Incoming, Outcome, RemoteFailure, methods, reply as wire_reply,
 };
@@ -21,12 +20,8 @@ use crate::dedup::Seen;
 use crate::handlers::{Durability, DurableSignal, HandlerRequest, Handlers, Route};
 use crate::metrics::method_label;
 
-/// Settles one delivery on the channel it came from. Straight on the
-/// channel rather than through lapin's `Acker`: the acker hands each
-/// acknowledgement to lapin's internal-RPC task, which spawns a task to send
-/// it and another hop resolves it: three hand-offs between threads per
-/// message that the channel's own `basic_ack` does not make (see
-/// docs/benchmarks.md, "CPU per message").
+/// Settles one delivery on the channel it came from: the acknowledgement
+/// or rejection is handed to the connection's writer (no answer comes).
 pub(super) struct Settle {
     channel: Channel,
     tag: u64,
@@ -40,21 +35,15 @@ impl Settle {
         }
     }
 
-    async fn ack(&self, what: &str) {
-        if let Err(e) = self
-            .channel
-            .basic_ack(self.tag, BasicAckOptions::default())
-            .await
-        {
+    fn ack(&self, what: &str) {
+        if let Err(e) = self.channel.basic_ack(self.tag) {
             // The channel is gone: the broker will redeliver; dedup handles it.
             tracing::warn!(error = %e, what, "failed to acknowledge a message");
         }
     }
 
-    async fn reject(&self, requeue: bool) -> Result<(), lapin::Error> {
-        self.channel
-            .basic_reject(self.tag, BasicRejectOptions { requeue })
-            .await
+    fn reject(&self, requeue: bool) -> Result<(), AmqpError> {
+        self.channel.basic_reject(self.tag, requeue)
     }
 }
 
@@ -76,7 +65,7 @@ pub(super) async fn process<H: Handlers>(
             m.rpc_rejected
                 .with_label_values(&[e.metric_label(), "unknown"])
                 .inc();
-            if let Err(e) = settle.reject(false).await {
+            if let Err(e) = settle.reject(false) {
                 tracing::warn!(error = %e, "failed to reject a message");
             }
             return;
@@ -93,7 +82,7 @@ pub(super) async fn process<H: Handlers>(
                 m.rpc_messages
                     .with_label_values(&[label, kind, "duplicate"])
                     .inc();
-                settle.ack("duplicate").await;
+                settle.ack("duplicate");
                 return;
             }
             Seen::InFlight(done) => {
@@ -102,7 +91,7 @@ pub(super) async fn process<H: Handlers>(
                     .with_label_values(&[label, kind, "duplicate"])
                     .inc();
                 done.notified().await;
-                settle.ack("duplicate").await;
+                settle.ack("duplicate");
                 return;
             }
         }
@@ -219,7 +208,7 @@ async fn forward<H: Handlers>(
         Ok(()) => {
             crate::failpoint::hit("forward.after_confirm").await;
             tracing::info!(method = label, kind, %topic, %driver, "another driver's cluster: forwarded");
-            settle.ack("forwarded").await;
+            settle.ack("forwarded");
             if let Some(id) = &unique_id {
                 shared.dedup.finish(id);
             }
@@ -267,21 +256,19 @@ async fn requeue_later<H: Handlers>(shared: &Shared<H>, settle: &Settle, unique_
     if let Some(id) = unique_id {
         shared.dedup.forget(id);
     }
-    if let Err(e) = settle.reject(true).await {
+    if let Err(e) = settle.reject(true) {
         // The channel is gone: the broker redelivers it anyway.
         tracing::warn!(error = %e, "failed to requeue a message");
     }
 }
 
 /// The end of a handled message: the reply (calls), the acknowledgement
-/// (unless already given) and the duplicate filter's record. The reply and
-/// the acknowledgement go out together (lapin writes both frames in one
-/// pass of its I/O loop) rather than the acknowledgement waiting for the
-/// reply's publisher confirm: a conductor killed before that write leaves
-/// neither (the call is delivered again), after it both are with the
-/// broker; a reply the broker returns (the caller's queue is missing) is
-/// retried here as before. One round of hand-offs between the runtime and
-/// lapin's thread fewer per call.
+/// (unless already given) and the duplicate filter's record. The reply is
+/// handed to the writer first and the acknowledgement right after it,
+/// before the reply's publisher confirm (both usually leave in one write):
+/// a conductor killed before that write leaves neither (the call is
+/// delivered again), after it both are with the broker; a reply the broker
+/// returns (the caller's queue is missing) is retried here as before.
 async fn answer<H: Handlers>(
     shared: &Shared<H>,
     settle: &Settle,
@@ -295,9 +282,10 @@ async fn answer<H: Handlers>(
             shared.replier.send(reply_q, msg_id, body, "final").await;
         }
     };
+    // Polled once (the reply handed to the writer), then the acknowledgement.
     let ack = async {
         if acknowledge {
-            settle.ack("done").await;
+            settle.ack("done");
         }
     };
     futures_util::future::join(reply, ack).await;
@@ -426,7 +414,7 @@ async fn run_handler<H: Handlers>(
 async fn on_durable(signal: Option<Durability>, settle: &Settle) -> AckState {
     match signal {
         Some(Durability::Recorded) => {
-            settle.ack("durable").await;
+            settle.ack("durable");
             AckState::Acked
         }
         Some(Durability::RetryLater) => AckState::Requeue,

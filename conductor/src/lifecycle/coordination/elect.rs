@@ -30,8 +30,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
-use lapin::{Channel, Connection};
+use crate::amqp::client::{
+    Channel, Connection, Error as AmqpError, QueueDeclareOptions, QueueDeleteOptions,
+};
 use tokio::sync::watch;
 
 use super::lease::Leases;
@@ -96,13 +97,13 @@ pub enum Attempt {
     /// Another connection owns it.
     Held,
     /// The broker did not answer as expected.
-    Failed(lapin::Error),
+    Failed(AmqpError),
 }
 
 /// Whether the broker refused a declare because another connection owns
 /// the exclusive queue (405 RESOURCE_LOCKED).
-pub fn is_locked(e: &lapin::Error) -> bool {
-    matches!(e.kind(), lapin::ErrorKind::ProtocolError(p) if p.get_id() == 405)
+pub fn is_locked(e: &AmqpError) -> bool {
+    matches!(e, AmqpError::ChannelClosed { code: 405, .. })
 }
 
 /// Declare the lock queue on a fresh channel of `conn` (a refusal closes
@@ -122,13 +123,13 @@ pub async fn try_lock(conn: &Connection, identity: &str) -> Attempt {
         exclusive: true,
         durable: false,
         auto_delete: false,
-        ..QueueDeclareOptions::default()
+        passive: false,
     };
-    match ch.queue_declare(LOCK_QUEUE.into(), opts, args).await {
+    match ch.queue_declare(LOCK_QUEUE, opts, args).await {
         Ok(_) => Attempt::Won(ch),
         Err(e) if is_locked(&e) => Attempt::Held,
         Err(e) => {
-            let _ = ch.close(200, "election".into()).await;
+            let _ = ch.close(200, "election").await;
             Attempt::Failed(e)
         }
     }
@@ -144,14 +145,14 @@ impl Lock {
     /// Still ours: the owning connection is the RPC server's current one
     /// and up (the broker drops the queue with the connection).
     fn holds(&self, current: Option<&Arc<Connection>>) -> bool {
-        current.is_some_and(|c| Arc::ptr_eq(c, &self.conn)) && self.conn.status().connected()
+        current.is_some_and(|c| Arc::ptr_eq(c, &self.conn)) && self.conn.is_connected()
     }
 
     /// Hand over: delete the queue (the next candidate wins at its next
     /// round). On failure the lock comes back, to be released at the next
     /// round (left alone, nobody could lead while this connection lives).
     async fn release(self) -> Option<Lock> {
-        let channel = if self.channel.status().connected() {
+        let channel = if self.channel.is_connected() {
             Ok(self.channel.clone())
         } else {
             self.conn.create_channel().await
@@ -159,9 +160,9 @@ impl Lock {
         let deleted = match channel {
             Ok(ch) => {
                 let r = ch
-                    .queue_delete(LOCK_QUEUE.into(), QueueDeleteOptions::default())
+                    .queue_delete(LOCK_QUEUE, QueueDeleteOptions::default())
                     .await;
-                let _ = ch.close(200, "stepped down".into()).await;
+                let _ = ch.close(200, "stepped down").await;
                 r.map(|_| ())
             }
             Err(e) => Err(e),
@@ -255,7 +256,7 @@ pub async fn campaign<F, W>(
             }
             Some(lock) => held = Some(lock),
             None => {
-                if let Some(conn) = current.filter(|c| c.status().connected())
+                if let Some(conn) = current.filter(|c| c.is_connected())
                     && fitness.may_campaign()
                     && releasing.is_none()
                 {
@@ -339,27 +340,23 @@ mod tests {
 
     #[test]
     fn only_resource_locked_means_held() {
-        let locked = lapin::Error::from(lapin::ErrorKind::ProtocolError(
-            lapin::protocol::AMQPError::new(
-                lapin::protocol::AMQPErrorKind::Soft(
-                    lapin::protocol::AMQPSoftError::RESOURCELOCKED,
-                ),
-                "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue".into(),
-            ),
-        ));
+        let locked = AmqpError::ChannelClosed {
+            code: 405,
+            text: "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue".into(),
+        };
         assert!(is_locked(&locked));
-        let refused = lapin::Error::from(lapin::ErrorKind::ProtocolError(
-            lapin::protocol::AMQPError::new(
-                lapin::protocol::AMQPErrorKind::Soft(lapin::protocol::AMQPSoftError::ACCESSREFUSED),
-                "ACCESS_REFUSED".into(),
-            ),
-        ));
+        let refused = AmqpError::ChannelClosed {
+            code: 403,
+            text: "ACCESS_REFUSED".into(),
+        };
         assert!(
             !is_locked(&refused),
             "no rights is an error to report, not a leader"
         );
-        assert!(!is_locked(&lapin::Error::from(
-            lapin::ErrorKind::ChannelsLimitReached
-        )));
+        assert!(!is_locked(&AmqpError::ConnectionClosed {
+            code: 405,
+            text: "a connection-level code is not the queue's lock".into(),
+        }));
+        assert!(!is_locked(&AmqpError::Closed("gone".into())));
     }
 }
