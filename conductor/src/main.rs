@@ -434,9 +434,9 @@ async fn run(cfg: Config, log_handle: conductor::logging::Handle) -> ExitCode {
         metrics.clone(),
     ));
     let publisher = conductor::server::publisher_channel();
-    let notifier =
-        conductor::notify::Notifier::from_config(&cfg, publisher.1.clone(), metrics.clone());
     let (connection_tx, connection_rx) = tokio::sync::watch::channel(None);
+    let notifier =
+        conductor::notify::Notifier::from_config(&cfg, connection_tx.subscribe(), metrics.clone());
     let lifecycle = match start_lifecycle(
         &cfg,
         &database,

@@ -43,7 +43,7 @@ pub struct Metrics {
     pub cluster_operations: IntCounterVec,
     /// Passes of the status worker that wrote to the DB.
     pub status_writes: IntCounter,
-    /// CADF notifications by event type and outcome (queued, dropped, sent).
+    /// CADF notifications by event type and outcome (queued, dropped, sent, retried).
     pub notifications: IntCounterVec,
     /// Passes of the status worker that failed (retried at the next event or resync).
     pub status_errors: IntCounter,
@@ -248,7 +248,7 @@ impl Metrics {
                 &registry,
                 counter_vec(
                     "notifications_total",
-                    "CADF notifications, by event type and outcome (queued, dropped; sent counts all).",
+                    "CADF notifications, by event type and outcome (queued, dropped; sent and retried count all).",
                     &["event", "outcome"],
                 ),
             ),

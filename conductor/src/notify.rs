@@ -28,8 +28,8 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, watch};
 
 use crate::amqp::client::{
-    BasicPublishOptions, Channel, Error as AmqpError, ExchangeDeclareOptions, ExchangeKind,
-    QueueDeclareOptions,
+    BasicPublishOptions, Channel, Connection, Error as AmqpError, ExchangeDeclareOptions,
+    ExchangeKind, QueueDeclareOptions,
 };
 use crate::metrics::Metrics;
 
@@ -357,11 +357,11 @@ impl Notifier {
         Notifier { inner: None }
     }
 
-    /// As `[oslo_messaging_notifications]` says; publishing on the RPC
-    /// server's publisher channel (`channel`).
+    /// As `[oslo_messaging_notifications]` says; publishing on a channel
+    /// of its own on the RPC server's current connection (`connection`).
     pub fn from_config(
         cfg: &Config,
-        channel: watch::Receiver<Option<Channel>>,
+        connection: watch::Receiver<Option<Arc<Connection>>>,
         metrics: Metrics,
     ) -> Notifier {
         let n = &cfg.notifications;
@@ -384,7 +384,8 @@ impl Notifier {
         let (tx, rx) = mpsc::channel(QUEUE);
         let r = &cfg.rabbit;
         let publisher = Publisher {
-            channel,
+            connection,
+            channel: None,
             exchange: cfg.default.control_exchange.clone(),
             durable: r.durable(),
             auto_delete: r.amqp_auto_delete,
@@ -464,8 +465,16 @@ fn hostname() -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
+/// How long a notification waits before it is tried again.
+const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 struct Publisher {
-    channel: watch::Receiver<Option<Channel>>,
+    /// The RPC server's current connection. Notifications go on a channel
+    /// of their own: a declaration the broker refuses (a notification queue
+    /// another service declared with other arguments: 406) closes only
+    /// that channel, never the one replies and forwards go out on.
+    connection: watch::Receiver<Option<Arc<Connection>>>,
+    channel: Option<Channel>,
     exchange: String,
     durable: bool,
     auto_delete: bool,
@@ -481,12 +490,8 @@ impl Publisher {
             for key in &p.routing_keys {
                 // Retry until published: the broker may be reconnecting.
                 loop {
-                    let chan = self.channel.borrow().clone();
-                    let Some(chan) = chan.filter(|c| c.is_connected()) else {
-                        if self.channel.changed().await.is_err() {
-                            return;
-                        }
-                        continue;
+                    let Some(chan) = self.channel().await else {
+                        return;
                     };
                     match self.publish(&chan, key, &p.body).await {
                         Ok(()) => {
@@ -497,11 +502,56 @@ impl Publisher {
                             break;
                         }
                         Err(e) => {
+                            // A channel the broker closed is opened again
+                            // by `channel` at the next attempt.
                             tracing::warn!(routing_key = %key, error = %e, "notification not published yet; retrying");
+                            self.metrics
+                                .notifications
+                                .with_label_values(&["all", "retried"])
+                                .inc();
                             self.declared.clear();
-                            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                            tokio::time::sleep(RETRY).await;
                         }
                     }
+                }
+            }
+        }
+    }
+
+    /// The notifications' channel, opened (in confirm mode) on the current
+    /// connection when there is none or the broker closed it; `None` once
+    /// the RPC server is gone.
+    async fn channel(&mut self) -> Option<Channel> {
+        loop {
+            if let Some(ch) = self.channel.as_ref().filter(|c| c.is_connected()) {
+                return Some(ch.clone());
+            }
+            self.channel = None;
+            let current = self.connection.borrow_and_update().clone();
+            let Some(conn) = current.filter(|c| c.is_connected()) else {
+                if self.connection.changed().await.is_err() {
+                    return None;
+                }
+                continue;
+            };
+            let opened = async {
+                let ch = conn.create_channel().await?;
+                ch.confirm_select().await?;
+                Ok::<_, AmqpError>(ch)
+            }
+            .await;
+            // Not kept: the server waits for every holder of its connection
+            // to let go when it shuts down.
+            drop(conn);
+            match opened {
+                Ok(ch) => {
+                    self.declared.clear();
+                    self.channel = Some(ch.clone());
+                    return Some(ch);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot open the notifications' channel; retrying");
+                    tokio::time::sleep(RETRY).await;
                 }
             }
         }

@@ -46,7 +46,7 @@ pub struct RpcServer<H: Handlers> {
     handlers: Arc<H>,
     metrics: Metrics,
     health: Arc<Health>,
-    /// The current publisher channel, for replies and notifications.
+    /// The current publisher channel, for replies and forwards.
     publisher: (
         watch::Sender<Option<Channel>>,
         watch::Receiver<Option<Channel>>,
@@ -57,7 +57,8 @@ pub struct RpcServer<H: Handlers> {
 }
 
 /// The publisher channel the RPC server will keep current (give the
-/// receiver to whoever else publishes, e.g. the notifier).
+/// receiver to whoever else publishes on it; the notifier opens a channel
+/// of its own).
 pub fn publisher_channel() -> (
     watch::Sender<Option<Channel>>,
     watch::Receiver<Option<Channel>>,

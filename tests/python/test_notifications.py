@@ -153,3 +153,55 @@ def test_failure_is_an_error_notification(env):
     env.wait(uuid, lambda g: g["cluster"] is None)
     assert summary(wait_for(env, "notifications.info", 2)) == [("magnum.cluster.delete", "INFO", "pending"),
                                                               ("magnum.cluster.delete", "INFO", "success")]
+
+
+def test_a_notification_queue_declared_otherwise_never_stops_replies(env):
+    """Another service (Ceilometer, say) declared `notifications.info`
+    durable where this deployment's queues are not: the broker refuses our
+    declaration (406 PRECONDITION_FAILED) and closes the channel it came on.
+    Notifications have a channel of their own, so calls are still answered
+    (their replies go out on the RPC server's channel), and the notification
+    waits, retried, until the queue is put right: then it arrives."""
+    from conftest import rabbitmqctl
+
+    def wait_until(pred, timeout, what):
+        deadline = time.time() + timeout
+        while not pred():
+            assert time.time() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.1)
+
+    queue = "notifications.info"
+    url = f"amqp://guest:guest@127.0.0.1:5672/{env.vhost}"
+    with kombu.Connection(url) as conn:
+        conn.default_channel.queue_delete(queue)
+        conn.default_channel.queue_declare(queue, durable=True, auto_delete=False)
+    # The conductor's connection ends (new channels, nothing declared yet on
+    # them); it reconnects.
+    c = env.conductor
+    reconnects = c.metric("magnum_conductor_amqp_reconnects_total")
+    for line in rabbitmqctl("list_connections", "-p", env.vhost, "pid", "client_properties").splitlines():
+        if "magnum-conductor:" in line:
+            rabbitmqctl("close_connection", line.split()[0], "test: new channels")
+    wait_until(lambda: c.metric("magnum_conductor_amqp_reconnects_total") > reconnects, 30, "a reconnect")
+    wait_until(lambda: c.metric("magnum_conductor_amqp_connected") == 1, 30, "the conductor to consume")
+    retried = c.metric("magnum_conductor_notifications_total", outcome="retried")
+    uuid = env.client("create", env.template, json.dumps({"master_count": 1, "node_count": 1}))["uuid"]
+    # The refusal happened (the create's notification met it) ...
+    def refused():
+        with open(c.log.name) as f:
+            return any("notification not published yet" in ln and "PRECONDITION_FAILED" in ln for ln in f)
+    wait_until(refused, 30, "the notifier to meet the refusal")
+    # ... and a call after it is still answered (`cluster_update` as a call:
+    # its reply must come back).
+    got = env.client("call", "cluster_update", uuid)
+    assert got == {"ok": True}, got
+    assert c.metric("magnum_conductor_notifications_total", outcome="retried") > retried
+    # Put right, the queue gets what waited: nothing was lost.
+    with kombu.Connection(url) as conn:
+        conn.default_channel.queue_delete(queue)
+    msgs = wait_for(env, queue, 2, timeout=60)
+    seen = summary(msgs)
+    assert ("magnum.cluster.create", "INFO", "pending") in seen, seen
+    assert ("magnum.cluster.update", "INFO", "pending") in seen, seen
+    env.client("delete", uuid)
+    env.wait(uuid, lambda g: g["cluster"] is None)
