@@ -76,7 +76,6 @@ async fn one_connection_owns_the_lock_until_it_ends() {
     assert!(won(&try_lock(&a, "host-a-1").await));
 
     // A clean close: the queue goes with the connection.
-    // (Its channels may be closing: the drop of an attempt's channel closes it.)
     let _ = a.close(200, "stop").await;
     let mut took = None;
     for i in 0..50 {

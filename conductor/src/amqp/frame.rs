@@ -23,13 +23,36 @@ pub const PROTOCOL_HEADER: &[u8; 8] = b"AMQP\x00\x00\x09\x01";
 /// The class id of `basic`, the only class with content.
 const BASIC: u16 = 60;
 
-/// One frame read from a buffer; a body borrows the buffer.
-#[derive(Debug)]
+/// One frame read from a buffer; a body borrows the buffer. Its `Debug`
+/// gives a body's size, not its bytes (requests carry tokens).
 pub enum Frame<'a> {
     Method(u16, AMQPClass),
     Header(u16, AMQPContentHeader),
     Body(u16, &'a [u8]),
     Heartbeat,
+}
+
+impl Frame<'_> {
+    /// What kind of frame, for messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Frame::Method(..) => "method",
+            Frame::Header(..) => "content header",
+            Frame::Body(..) => "content body",
+            Frame::Heartbeat => "heartbeat",
+        }
+    }
+}
+
+impl std::fmt::Debug for Frame<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Frame::Method(ch, m) => write!(f, "Method({ch}, {m:?})"),
+            Frame::Header(ch, h) => write!(f, "Header({ch}, {} bytes)", h.body_size),
+            Frame::Body(ch, b) => write!(f, "Body({ch}, {} bytes)", b.len()),
+            Frame::Heartbeat => write!(f, "Heartbeat"),
+        }
+    }
 }
 
 /// Why the bytes from the broker are not AMQP 0-9-1.
@@ -196,12 +219,21 @@ pub enum Start {
     Return(basic::Return),
 }
 
-/// A message put back together.
-#[derive(Debug, Clone, PartialEq)]
+/// A message put back together (its `Debug` without the body).
+#[derive(Clone, PartialEq)]
 pub struct Content {
     pub start: Start,
     pub properties: BasicProperties,
     pub body: Vec<u8>,
+}
+
+impl std::fmt::Debug for Content {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Content")
+            .field("start", &self.start)
+            .field("bytes", &self.body.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why a channel's content frames do not make a message.
@@ -219,7 +251,7 @@ pub enum ContentError {
 
 /// One channel's message in the making (spec 4.2.6: a method, a header,
 /// then body frames until the header's size, nothing else between).
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Assembly {
     start: Option<Start>,
     header: Option<(BasicProperties, u64)>,
