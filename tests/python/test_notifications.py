@@ -192,16 +192,20 @@ def test_a_notification_queue_declared_otherwise_never_stops_replies(env):
             return any("notification not published yet" in ln and "PRECONDITION_FAILED" in ln for ln in f)
     wait_until(refused, 30, "the notifier to meet the refusal")
     # ... and a call after it is still answered (`cluster_update` as a call:
-    # its reply must come back).
+    # its reply must come back; Magnum refuses to update a cluster still
+    # being created).
+    got, seen = env.wait(uuid, lambda g: g["cluster"]["status"] != "CREATE_IN_PROGRESS")
+    assert got["cluster"]["status"] == "CREATE_COMPLETE", seen
     got = env.client("call", "cluster_update", uuid)
     assert got == {"ok": True}, got
     assert c.metric("magnum_conductor_notifications_total", outcome="retried") > retried
     # Put right, the queue gets what waited: nothing was lost.
     with kombu.Connection(url) as conn:
         conn.default_channel.queue_delete(queue)
-    msgs = wait_for(env, queue, 2, timeout=60)
-    seen = summary(msgs)
-    assert ("magnum.cluster.create", "INFO", "pending") in seen, seen
-    assert ("magnum.cluster.update", "INFO", "pending") in seen, seen
+    msgs = wait_for(env, queue, 4, timeout=60)
+    assert summary(msgs) == [("magnum.cluster.create", "INFO", "pending"),
+                             ("magnum.cluster.create", "INFO", "success"),
+                             ("magnum.cluster.update", "INFO", "pending"),
+                             ("magnum.cluster.update", "INFO", "success")], summary(msgs)
     env.client("delete", uuid)
     env.wait(uuid, lambda g: g["cluster"] is None)

@@ -92,9 +92,12 @@ pub enum OnFailure {
 /// One row a failure writes: (is it the cluster row?, uuid, changes).
 pub type FailureWrite = (bool, String, Vec<(&'static str, Value)>);
 
-/// The rows a failure writes, in order.
+/// The rows a failure writes, in order: the nodegroups' first, the
+/// cluster's last, so whoever sees the cluster failed (users poll the
+/// cluster) sees its nodegroups' failure and restored counts too.
 pub fn failure_writes(cluster_uuid: &str, plan: &[OnFailure], error: &str) -> Vec<FailureWrite> {
-    plan.iter()
+    let mut writes: Vec<FailureWrite> = plan
+        .iter()
         .map(|f| match f {
             OnFailure::Cluster { status, reason } => {
                 let mut c = vec![("status", json!(status))];
@@ -119,7 +122,10 @@ pub fn failure_writes(cluster_uuid: &str, plan: &[OnFailure], error: &str) -> Ve
                 (false, uuid.clone(), c)
             }
         })
-        .collect()
+        .collect();
+    // Stable: nodegroups keep their declared order.
+    writes.sort_by_key(|(is_cluster, _, _)| *is_cluster);
+    writes
 }
 
 impl Engine {
@@ -381,8 +387,9 @@ mod tests {
             },
         ];
         let w = failure_writes("c-1", &plan, "boom");
+        // The cluster's row last, though declared first.
         assert_eq!(
-            w[0],
+            w[1],
             (
                 true,
                 "c-1".to_string(),
@@ -392,8 +399,9 @@ mod tests {
                 ]
             )
         );
+        assert_eq!(w[0].1, "ng-1");
         assert_eq!(
-            w[1].2,
+            w[0].2,
             vec![
                 ("node_count", json!(2)),
                 ("status", json!("UPDATE_FAILED")),
