@@ -752,11 +752,18 @@ impl AsyncWrite for Stream {
     }
 }
 
+/// The largest frame read before `connection.tune` (the spec's minimum
+/// frame size is 4,096; the broker's `connection.start` is well under it):
+/// a size beyond it is refused, not buffered until the connect timeout.
+const HANDSHAKE_FRAME_MAX: usize = 131_072;
+
 /// Read until one whole method frame is in `buf` (heartbeats skipped):
 /// the handshake's reads.
 async fn read_method(s: &mut Stream, buf: &mut BytesMut) -> Result<AMQPClass, Error> {
     loop {
-        let parsed = match frame::parse(buf, 0).map_err(|e| Error::Protocol(e.to_string()))? {
+        let parsed = match frame::parse(buf, HANDSHAKE_FRAME_MAX)
+            .map_err(|e| Error::Protocol(e.to_string()))?
+        {
             Some((Frame::Method(0, m), n)) => Some((Some(m), n)),
             Some((Frame::Heartbeat, n)) => Some((None, n)),
             Some((other, _)) => {
@@ -1008,8 +1015,13 @@ impl Channel {
         self.inner.call(self.id, m).await
     }
 
+    /// [`Channel::call`] for a method whose answer says nothing more than `ok`.
+    async fn ask(&self, m: AMQPClass) -> Result<(), Error> {
+        self.call(m).await.map(|_| ())
+    }
+
     pub async fn close(&self, code: u16, text: &str) -> Result<(), Error> {
-        self.call(AMQPClass::Channel(channel::AMQPMethod::Close(
+        self.ask(AMQPClass::Channel(channel::AMQPMethod::Close(
             channel::Close {
                 reply_code: code,
                 reply_text: text.into(),
@@ -1018,21 +1030,19 @@ impl Channel {
             },
         )))
         .await
-        .map(|_| ())
     }
 
     pub async fn basic_qos(&self, prefetch_count: u16) -> Result<(), Error> {
-        self.call(AMQPClass::Basic(basic::AMQPMethod::Qos(basic::Qos {
+        self.ask(AMQPClass::Basic(basic::AMQPMethod::Qos(basic::Qos {
             prefetch_count,
             global: false,
         })))
         .await
-        .map(|_| ())
     }
 
     /// Publisher confirms on this channel from now on.
     pub async fn confirm_select(&self) -> Result<(), Error> {
-        self.call(AMQPClass::Confirm(confirm::AMQPMethod::Select(
+        self.ask(AMQPClass::Confirm(confirm::AMQPMethod::Select(
             confirm::Select { nowait: false },
         )))
         .await?;
@@ -1050,7 +1060,7 @@ impl Channel {
         o: ExchangeDeclareOptions,
         arguments: FieldTable,
     ) -> Result<(), Error> {
-        self.call(AMQPClass::Exchange(exchange::AMQPMethod::Declare(
+        self.ask(AMQPClass::Exchange(exchange::AMQPMethod::Declare(
             exchange::Declare {
                 exchange: exchange.into(),
                 kind: kind.name().into(),
@@ -1063,7 +1073,6 @@ impl Channel {
             },
         )))
         .await
-        .map(|_| ())
     }
 
     pub async fn queue_declare(
@@ -1072,7 +1081,7 @@ impl Channel {
         o: QueueDeclareOptions,
         arguments: FieldTable,
     ) -> Result<(), Error> {
-        self.call(AMQPClass::Queue(queue::AMQPMethod::Declare(
+        self.ask(AMQPClass::Queue(queue::AMQPMethod::Declare(
             queue::Declare {
                 queue: queue.into(),
                 passive: o.passive,
@@ -1084,7 +1093,6 @@ impl Channel {
             },
         )))
         .await
-        .map(|_| ())
     }
 
     pub async fn queue_bind(
@@ -1094,7 +1102,7 @@ impl Channel {
         routing_key: &str,
         arguments: FieldTable,
     ) -> Result<(), Error> {
-        self.call(AMQPClass::Queue(queue::AMQPMethod::Bind(queue::Bind {
+        self.ask(AMQPClass::Queue(queue::AMQPMethod::Bind(queue::Bind {
             queue: queue.into(),
             exchange: exchange.into(),
             routing_key: routing_key.into(),
@@ -1102,18 +1110,16 @@ impl Channel {
             arguments,
         })))
         .await
-        .map(|_| ())
     }
 
     pub async fn queue_delete(&self, queue: &str, o: QueueDeleteOptions) -> Result<(), Error> {
-        self.call(AMQPClass::Queue(queue::AMQPMethod::Delete(queue::Delete {
+        self.ask(AMQPClass::Queue(queue::AMQPMethod::Delete(queue::Delete {
             queue: queue.into(),
             if_unused: o.if_unused,
             if_empty: o.if_empty,
             nowait: false,
         })))
         .await
-        .map(|_| ())
     }
 
     /// Start a consumer; its deliveries come through the returned stream.
@@ -1158,7 +1164,7 @@ impl Channel {
     }
 
     pub async fn basic_cancel(&self, consumer_tag: &str) -> Result<(), Error> {
-        self.call(AMQPClass::Basic(basic::AMQPMethod::Cancel(basic::Cancel {
+        self.ask(AMQPClass::Basic(basic::AMQPMethod::Cancel(basic::Cancel {
             consumer_tag: consumer_tag.into(),
             nowait: false,
         })))
