@@ -6,6 +6,8 @@
 //! `Debug` output.
 
 use std::fmt;
+use std::ops::Range;
+use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 
@@ -19,29 +21,117 @@ const SECRET_KEYS: &[&str] = &[
 ];
 
 /// The deserialized RPC request context.
-#[derive(Clone, Default, PartialEq)]
+///
+/// Read from a message's text, it keeps that text and where each entry's key
+/// and value are in it; the entries become a map only when something asks
+/// for more than a string (most handlers read a request id and little else,
+/// and a call's ~30 entries parsed into a hashed map were a third of its
+/// decoding; docs/benchmarks.md, "Instructions per message").
+#[derive(Clone, Default)]
 pub struct RequestContext {
-    raw: Map<String, Value>,
+    text: Option<Source>,
+    map: OnceLock<Map<String, Value>>,
+}
+
+/// A message's text and its context's entries, in order.
+#[derive(Clone)]
+struct Source {
+    text: String,
+    entries: Vec<(EntryKey, EntryValue)>,
+}
+
+/// An entry's key (without `_context_`): where it is in the text, or
+/// unescaped when the text had an escape in it.
+#[derive(Clone)]
+pub(crate) enum EntryKey {
+    At(Range<usize>),
+    Owned(String),
+}
+
+/// An entry's value: a string with no escape in it, where it is in the text
+/// (without its quotes); any other value, parsed.
+#[derive(Clone)]
+pub(crate) enum EntryValue {
+    At(Range<usize>),
+    Parsed(Value),
+}
+
+impl Source {
+    fn key<'a>(&'a self, k: &'a EntryKey) -> &'a str {
+        match k {
+            EntryKey::At(r) => self.text.get(r.clone()).unwrap_or_default(),
+            EntryKey::Owned(s) => s,
+        }
+    }
+
+    /// The last value given for `key` (a key given twice keeps its last
+    /// value, as a dict does) if it is a string.
+    fn str_of(&self, key: &str) -> Option<&str> {
+        match &self
+            .entries
+            .iter()
+            .rev()
+            .find(|(k, _)| self.key(k) == key)?
+            .1
+        {
+            EntryValue::At(r) => self.text.get(r.clone()),
+            EntryValue::Parsed(v) => v.as_str(),
+        }
+    }
+
+    fn parse(&self) -> Map<String, Value> {
+        let mut map = Map::with_capacity(self.entries.len());
+        for (k, v) in &self.entries {
+            let value = match v {
+                EntryValue::At(r) => {
+                    Value::String(self.text.get(r.clone()).unwrap_or_default().to_string())
+                }
+                EntryValue::Parsed(v) => v.clone(),
+            };
+            map.insert(self.key(k).to_string(), value);
+        }
+        map
+    }
 }
 
 impl RequestContext {
     /// Build from the `_context_`-stripped keys of a message.
     pub fn from_map(raw: Map<String, Value>) -> RequestContext {
-        RequestContext { raw }
+        RequestContext {
+            text: None,
+            map: OnceLock::from(raw),
+        }
+    }
+
+    /// A context whose entries are read from `text` (a message's, by
+    /// [`crate::Incoming::from_body`]).
+    pub(crate) fn from_text(text: String, entries: Vec<(EntryKey, EntryValue)>) -> RequestContext {
+        RequestContext {
+            text: Some(Source { text, entries }),
+            map: OnceLock::new(),
+        }
     }
 
     /// All keys, as received (secrets included: handle with care).
     pub fn raw(&self) -> &Map<String, Value> {
-        &self.raw
+        self.map
+            .get_or_init(|| self.text.as_ref().map(Source::parse).unwrap_or_default())
+    }
+
+    /// A string value; `None` when absent or not a string.
+    fn str_of(&self, key: &str) -> Option<&str> {
+        match (self.map.get(), &self.text) {
+            (None, Some(source)) => source.str_of(key),
+            _ => self.raw().get(key).and_then(Value::as_str),
+        }
     }
 
     fn str_key(&self, keys: &[&str]) -> Option<&str> {
-        keys.iter()
-            .find_map(|k| self.raw.get(*k).and_then(Value::as_str))
+        keys.iter().find_map(|k| self.str_of(k))
     }
 
     fn bool_key(&self, key: &str) -> bool {
-        match self.raw.get(key) {
+        match self.raw().get(key) {
             Some(Value::Bool(b)) => *b,
             Some(Value::String(s)) => {
                 matches!(s.to_ascii_lowercase().as_str(), "true" | "1" | "yes" | "on")
@@ -76,7 +166,7 @@ impl RequestContext {
         self.bool_key("all_tenants")
     }
     pub fn roles(&self) -> Vec<&str> {
-        self.raw
+        self.raw()
             .get("roles")
             .and_then(Value::as_array)
             .map(|r| r.iter().filter_map(Value::as_str).collect())
@@ -91,14 +181,20 @@ impl RequestContext {
     }
     /// The full token body (with catalog) from keystonemiddleware; a secret.
     pub fn auth_token_info(&self) -> Option<&Value> {
-        self.raw.get("auth_token_info").filter(|v| !v.is_null())
+        self.raw().get("auth_token_info").filter(|v| !v.is_null())
+    }
+}
+
+impl PartialEq for RequestContext {
+    fn eq(&self, other: &RequestContext) -> bool {
+        self.raw() == other.raw()
     }
 }
 
 impl fmt::Debug for RequestContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_map();
-        for (k, v) in &self.raw {
+        for (k, v) in self.raw() {
             if SECRET_KEYS.contains(&k.as_str()) && !v.is_null() {
                 d.entry(k, &"<redacted>");
             } else {

@@ -3,11 +3,13 @@
 //! `method`/`args`/`namespace`/`version` the dispatcher looks at.
 
 use std::fmt;
+use std::ops::Range;
 
+use serde::Deserialize as _;
 use serde::de::{self, Deserializer as _, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use crate::context::RequestContext;
+use crate::context::{EntryKey, EntryValue, RequestContext};
 use crate::envelope::{self, EnvelopeError, Outer, type_name, version_is_compatible};
 use crate::failure::RemoteFailure;
 
@@ -59,11 +61,13 @@ struct Split {
 }
 
 impl Split {
-    fn new() -> Split {
+    /// `context`: how many context keys to make room for (none when the
+    /// context is read from the text instead).
+    fn new(context: usize) -> Split {
         Split {
             // Sized for oslo's context (~30 keys) and the dispatcher's four:
             // no map grows (and rehashes) while a message is read.
-            ctx: Map::with_capacity(32),
+            ctx: Map::with_capacity(context),
             body: Map::with_capacity(4),
             msg_id: None,
             reply_q: None,
@@ -89,7 +93,7 @@ impl Split {
         }
     }
 
-    fn finish(self) -> Incoming {
+    fn finish(self, context: RequestContext) -> Incoming {
         let call_monitor_timeout = match self.timeout {
             Some(Value::Number(n)) => n.as_f64(),
             Some(Value::String(s)) => s.trim().parse().ok(),
@@ -100,7 +104,7 @@ impl Split {
             reply_q: string_of(self.reply_q),
             unique_id: string_of(self.unique_id),
             call_monitor_timeout,
-            context: RequestContext::from_map(self.ctx),
+            context,
             body: self.body,
         }
     }
@@ -109,24 +113,116 @@ impl Split {
 /// Reads a message's JSON text straight into a [`Split`]: no dict of the
 /// whole message is built first and taken apart after (a fifth of a
 /// `ping_conductor` call's instructions went into hashing every key into
-/// both; docs/benchmarks.md). Anything but an object gives the name of what
-/// was found instead.
-struct SplitVisitor;
+/// both; docs/benchmarks.md). The context's entries go into no map: a key,
+/// and a string value without escapes, are kept as places in the text; any
+/// other value is parsed as met; the context makes its map only when asked
+/// ([`RequestContext`]).
+/// Anything but an object gives the name of what was found instead.
+struct SplitVisitor<'de> {
+    text: &'de str,
+}
 
-impl<'de> Visitor<'de> for SplitVisitor {
-    type Value = Result<Incoming, &'static str>;
+/// What [`SplitVisitor`] read: the split, and the context's entries.
+type Read = (Split, Vec<(EntryKey, EntryValue)>);
+
+/// Where `part` (borrowed from `text`) is in `text`.
+fn place(text: &str, part: &str) -> Option<Range<usize>> {
+    let start = (part.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
+    let end = start.checked_add(part.len())?;
+    (end <= text.len()).then_some(start..end)
+}
+
+/// A key or a context value as the text has it: a string borrowed when it
+/// had no escape in it; any other value parsed.
+enum Text<'de> {
+    Borrowed(&'de str),
+    Value(Value),
+}
+
+impl<'de> de::Deserialize<'de> for Text<'de> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text::Borrowed(s))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Text<'de>, E> {
+                Ok(Text::Value(Value::String(s.to_string())))
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<Text<'de>, E> {
+                Ok(Text::Value(Value::String(s)))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Text<'de>, E> {
+                Ok(Text::Value(Value::Null))
+            }
+            fn visit_bool<E: de::Error>(self, b: bool) -> Result<Text<'de>, E> {
+                Ok(Text::Value(Value::Bool(b)))
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Text<'de>, E> {
+                Ok(Text::Value(Value::from(n)))
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Text<'de>, E> {
+                Ok(Text::Value(Value::from(n)))
+            }
+            fn visit_f64<E: de::Error>(self, n: f64) -> Result<Text<'de>, E> {
+                Ok(Text::Value(Value::from(n)))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Text<'de>, A::Error> {
+                Value::deserialize(de::value::SeqAccessDeserializer::new(seq)).map(Text::Value)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Text<'de>, A::Error> {
+                Value::deserialize(de::value::MapAccessDeserializer::new(map)).map(Text::Value)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Visitor<'de> for SplitVisitor<'de> {
+    type Value = Result<Read, &'static str>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a JSON object")
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut split = Split::new();
-        while let Some(k) = map.next_key::<String>()? {
-            let v: Value = map.next_value()?;
-            split.add(k, v);
+        let mut split = Split::new(0);
+        let mut entries = Vec::with_capacity(32);
+        let misplaced = || de::Error::custom("a borrowed part outside the message");
+        while let Some(key) = map.next_key::<Text<'de>>()? {
+            let key = match key {
+                Text::Borrowed(k) => match k.strip_prefix(CONTEXT_PREFIX) {
+                    Some(name) => Some(EntryKey::At(place(self.text, name).ok_or_else(misplaced)?)),
+                    None => {
+                        let v: Value = map.next_value()?;
+                        split.add(k.to_string(), v);
+                        continue;
+                    }
+                },
+                Text::Value(Value::String(k)) => match k.strip_prefix(CONTEXT_PREFIX) {
+                    Some(name) => Some(EntryKey::Owned(name.to_string())),
+                    None => {
+                        let v: Value = map.next_value()?;
+                        split.add(k, v);
+                        continue;
+                    }
+                },
+                // JSON keys are strings.
+                Text::Value(_) => None,
+            };
+            let value = match map.next_value::<Text<'de>>()? {
+                Text::Borrowed(v) => EntryValue::At(place(self.text, v).ok_or_else(misplaced)?),
+                Text::Value(v) => EntryValue::Parsed(v),
+            };
+            if let Some(key) = key {
+                entries.push((key, value));
+            }
         }
-        Ok(Ok(split.finish()))
+        Ok(Ok((split, entries)))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
@@ -165,11 +261,12 @@ impl Incoming {
     /// Split a message dict into routing keys, context and body, as
     /// oslo's `unpack_context` does.
     pub fn from_message(msg: Map<String, Value>) -> Incoming {
-        let mut split = Split::new();
+        let mut split = Split::new(32);
         for (k, v) in msg {
             split.add(k, v);
         }
-        split.finish()
+        let context = RequestContext::from_map(std::mem::take(&mut split.ctx));
+        split.finish(context)
     }
 
     /// Decode an AMQP body (after decompression) into a request: what
@@ -182,10 +279,12 @@ impl Incoming {
             Outer::Enveloped(inner) => inner,
         };
         let mut de = serde_json::Deserializer::from_str(&inner);
-        de.deserialize_any(SplitVisitor)
+        let (split, entries) = de
+            .deserialize_any(SplitVisitor { text: &inner })
             .and_then(|r| de.end().map(|()| r))
             .map_err(|e| EnvelopeError::BadInnerMessage(e.to_string()))?
-            .map_err(|found| EnvelopeError::BadInnerMessage(format!("found {found}")))
+            .map_err(|found| EnvelopeError::BadInnerMessage(format!("found {found}")))?;
+        Ok(split.finish(RequestContext::from_text(inner, entries)))
     }
 
     /// A call expects a reply; a cast does not (decided by `_msg_id` alone).
@@ -288,6 +387,46 @@ mod tests {
         assert_eq!(i.call_monitor_timeout, Some(30.0));
         assert_eq!(i.unique_id, None, "an empty _unique_id is none");
         assert!(!i.is_call());
+    }
+
+    #[test]
+    fn a_context_read_from_the_text_answers_as_the_dict_does() {
+        // As Python's json.dumps writes it: non-ASCII escaped, a key given
+        // twice (the last value wins), a string with an escape, a list.
+        let inner = r#"{"_context_user": "first", "_context_request_id": "req-1",
+            "_context_user_name": "Ren\u00e9", "_context_user": "bob", "_context_roles": ["a", "b"],
+            "_context_is_admin": true, "_context_auth_token": "t\"k", "_context_project_id": null,
+            "method": "ping_conductor", "args": {}, "_msg_id": "m"}"#;
+        let body =
+            serde_json::to_vec(&json!({"oslo.version": "2.0", "oslo.message": inner})).unwrap();
+        let i = Incoming::from_body(&body, 1 << 20).unwrap();
+        // Strings first (read from the text), then what needs the map.
+        assert_eq!(i.context.user_id(), Some("bob"));
+        assert_eq!(i.context.request_id(), Some("req-1"));
+        assert_eq!(i.context.user_name(), Some("Ren\u{e9}"));
+        assert_eq!(i.context.auth_token(), Some("t\"k"));
+        assert_eq!(i.context.project_id(), None);
+        assert!(i.context.is_admin());
+        assert_eq!(i.context.roles(), ["a", "b"]);
+        let keys: Vec<&str> = i.context.raw().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "user",
+                "request_id",
+                "user_name",
+                "roles",
+                "is_admin",
+                "auth_token",
+                "project_id"
+            ]
+        );
+        assert_eq!(i.context.raw()["user"], "bob");
+        // After the map exists, the same answers from it.
+        assert_eq!(i.context.user_name(), Some("Ren\u{e9}"));
+        assert!(format!("{:?}", i.context).contains(r#""auth_token": "<redacted>""#));
+        let via_dict = Incoming::from_message(envelope::decode(&body, 1 << 20).unwrap());
+        assert_eq!(i, via_dict);
     }
 
     #[test]

@@ -43,6 +43,9 @@ impl Formatter for PythonFormatter {
     ) -> io::Result<()> {
         // serde_json has already escaped `"`, `\` and C0 controls; Python's
         // ensure_ascii additionally escapes DEL and everything above ASCII.
+        if fragment.is_ascii() && !fragment.as_bytes().contains(&0x7f) {
+            return w.write_all(fragment.as_bytes());
+        }
         let mut start = 0;
         for (i, ch) in fragment.char_indices() {
             if (' '..='~').contains(&ch) {

@@ -2,7 +2,9 @@
 //! we encode decodes back unchanged.
 
 use proptest::prelude::*;
-use rpc_schema::{Compression, ConductorRequest, Incoming, MagnumObject, envelope, methods};
+use rpc_schema::{
+    Compression, ConductorRequest, Incoming, MagnumObject, RequestContext, envelope, methods,
+};
 use serde_json::{Map, Value};
 
 fn json_value() -> impl Strategy<Value = Value> {
@@ -10,7 +12,7 @@ fn json_value() -> impl Strategy<Value = Value> {
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
         any::<i64>().prop_map(Value::from),
-        "[a-zA-Z0-9_.\\- \u{e9}\u{1f600}]{0,12}".prop_map(Value::String),
+        "[a-zA-Z0-9_.\\- \u{e9}\u{1f600}\"\\\\\n]{0,12}".prop_map(Value::String),
         prop::sample::select(vec![
             "magnum_object.name",
             "Cluster",
@@ -42,6 +44,10 @@ const KEYS: &[&str] = &[
     "_unique_id",
     "_timeout",
     "_context_user",
+    "_context_request_id",
+    "_context_roles",
+    "_context_",
+    "_context_a\"b\\",
     "cluster",
     "uuid",
     "node_count",
@@ -60,7 +66,17 @@ const KEYS: &[&str] = &[
 /// failures included.
 fn agrees(bytes: &[u8]) -> Result<(), TestCaseError> {
     let via_dict = envelope::decode(bytes, 1 << 20).map(Incoming::from_message);
-    prop_assert_eq!(Incoming::from_body(bytes, 1 << 20), via_dict);
+    let via_text = Incoming::from_body(bytes, 1 << 20);
+    if let (Ok(text), Ok(dict)) = (&via_text, &via_dict) {
+        // The context's strings as read from the text (before anything
+        // parses its entries into a map) and from the dict.
+        let strings = |c: &RequestContext| {
+            [c.user_id(), c.request_id(), c.project_id(), c.auth_token()]
+                .map(|s| s.map(str::to_string))
+        };
+        prop_assert_eq!(strings(&text.context), strings(&dict.context));
+    }
+    prop_assert_eq!(via_text, via_dict);
     Ok(())
 }
 

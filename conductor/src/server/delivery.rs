@@ -331,10 +331,13 @@ async fn run_handler<H: Handlers>(
     let (durable, mut durable_rx) = DurableSignal::new();
     // Every line of this request's work carries its request id (as oslo.log
     // puts it in each line of a request's context).
+    // Displayed, not debugged: a `str`'s Debug escapes it character by
+    // character, and the log layer renders a span's fields when it is made
+    // (a twentieth of a `ping_conductor` call's instructions went there).
     let span = tracing::info_span!(
         "request",
-        request_id = context.request_id().unwrap_or("-"),
-        method
+        request_id = %context.request_id().unwrap_or("-"),
+        method = %method
     );
     let req = HandlerRequest {
         context,
