@@ -51,6 +51,28 @@ def rss_mib(pid):
     return round(int(open(f"/proc/{pid}/status").read().split("VmRSS:")[1].split()[0]) / 1024, 1)
 
 
+def rss_after_restart(conductor, conf, port, log, binaries):
+    """Each build of the conductor in turn, started on the same fleet: its RSS
+    and glibc's account once its first full status pass is done (the caches
+    synced and trimmed) and 2 s more, and how long that first pass took to
+    finish after the start. Stops `conductor` first; returns the
+    figures and the last conductor, left running."""
+    out = {}
+    for b in binaries:
+        conductor.stop()
+        t0 = time.time()
+        conductor = Conductor(conf, port, log, binary=b, wait=False)
+        conductor.wait_ready(timeout=600)
+        while not conductor.metric("magnum_conductor_status_full_passes_total"):
+            time.sleep(0.2)
+        first_pass = round(time.time() - t0, 1)
+        time.sleep(2)
+        out[b] = dict(rss_mib=rss_mib(conductor.proc.pid), first_full_pass_done_seconds=first_pass, **{
+            f"heap_{state}_mib": round(conductor.metric("magnum_conductor_heap_bytes", state=state) / 2**20, 1)
+            for state in ("in_use", "free")})
+    return out, conductor
+
+
 def control_plane_rss(sim):
     """The management cluster's own memory, apart from the conductor's."""
     env = sim.cp.env()
@@ -300,6 +322,9 @@ def main():
                     help="write one created cluster's watched objects here (mc-cache-bytes' fixture)")
     ap.add_argument("--apiserver-arg", action="append", default=[],
                     help="a kube-apiserver flag (repeatable), e.g. --watch-cache-sizes=...")
+    ap.add_argument("--rss-builds", nargs="+", metavar="BINARY", default=[],
+                    help="also restart these builds of the conductor on the fleet (at --clusters and at --total) "
+                         "and report each one's RSS once its first full status pass is done, beside this build's")
     ap.add_argument("--restart-samples", type=int, default=100,
                     help="clusters changed while the conductor is down (restart catch-up)")
     a = ap.parse_args()
@@ -309,6 +334,10 @@ def main():
     k8s.SIM_BIN = a.sim
     if a.apiserver_arg:
         os.environ["K8S_APISERVER_ARGS"] = " ".join(a.apiserver_arg)
+    # The suite's pool starts a spare control plane for the next test; a
+    # benchmark has no next test, and that idle apiserver and etcd would share
+    # the machine with the one measured.
+    os.environ["MC_K8S_PREWARM"] = "0"
     tmp = tempfile.mkdtemp(prefix="bench-status-")
     sim = k8s.Sim(pathlib.Path(tmp), "v1beta1", 200, namespace=NS)
     kubeconfig = sim.kubeconfig
@@ -378,6 +407,10 @@ def main():
                 cur.execute(f"SELECT stack_id FROM `{db}`.cluster WHERE status='CREATE_COMPLETE' ORDER BY id LIMIT 1")
                 dump_cluster(sim, cur.fetchone()[0], a.dump_cluster)
         grown = {}
+        builds = [*a.rss_builds, a.conductor] if a.rss_builds else []
+        if builds:
+            grown["rss_after_restart_at_clusters"], conductor = rss_after_restart(
+                conductor, conf, port, os.path.join(tmp, "conductor.log"), builds)
         if a.total > a.clusters:
             sim.post("/_sim/controllers/pause")
             conductor.stop()
@@ -463,6 +496,9 @@ def main():
                                    for k in ("objects", "bytes")}
                             for kind in ("Cluster", "OpenStackCluster", "KubeadmControlPlane", "MachineDeployment",
                                          "Machine", "HelmReleaseProxy")}
+        if builds:
+            summary["rss_after_restart_at_total"], conductor = rss_after_restart(
+                conductor, conf, port, os.path.join(tmp, "conductor.log"), builds)
         print(json.dumps(summary))
     finally:
         conductor.stop()

@@ -33,6 +33,15 @@ pub enum Kick {
     All,
 }
 
+/// Objects per page of a watch's initial list. kube-runtime asks 500 at a
+/// time; a page is read whole and decoded before its first object is filed,
+/// and the seven kinds list at once, so at 500 the start's transient peak
+/// was tens of MiB of decoded objects (with `managedFields`), which glibc
+/// kept fragmented around the cache built meanwhile (docs/benchmarks.md,
+/// "Memory per cluster"). Smaller pages cost more list requests, at start and
+/// after a watch breaks only.
+pub const LIST_PAGE_SIZE: u32 = 50;
+
 /// How many kicks may wait for the status worker (a burst beyond this is
 /// folded into one full pass).
 pub const KICK_QUEUE: usize = 4096;
@@ -185,7 +194,9 @@ impl Watches {
                 plural,
             );
             let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-            let config = watcher::Config::default().labels(CLUSTER_NAME_LABEL);
+            let config = watcher::Config::default()
+                .labels(CLUSTER_NAME_LABEL)
+                .page_size(LIST_PAGE_SIZE);
             let kicks = kicks.clone();
             let metrics = metrics.clone();
             metrics.watch_started(kind);
