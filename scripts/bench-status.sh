@@ -8,6 +8,7 @@
 #   scripts/bench-status.sh [--clusters 1000] [--samples 200] [--steady-seconds 60]
 #       [--total 10000] [--churn-per-second 20] [--restart-samples 100]
 #       [--apiserver-arg=--watch-cache=false]... [--dump-cluster FILE]
+#       [--rss-builds OLD_BINARY...]  (each build restarted on the same fleet: RSS after its first pass)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exports="$(scripts/setup-env.sh | tail -n 1)"  # a failure stops here (eval of nothing would not)
