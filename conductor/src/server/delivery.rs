@@ -333,7 +333,8 @@ async fn run_handler<H: Handlers>(
     // puts it in each line of a request's context).
     // Displayed, not debugged: a `str`'s Debug escapes it character by
     // character, and the log layer renders a span's fields when it is made
-    // (a twentieth of a `ping_conductor` call's instructions went there).
+    // (the span is ~6,000 of a `ping_conductor` call's 88,000 instructions,
+    // most of it the layer's own escaping of control characters).
     let span = tracing::info_span!(
         "request",
         request_id = %context.request_id().unwrap_or("-"),
