@@ -61,6 +61,54 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: item.get_closest_marker("broker_outage") is not None)
 
 
+# A run that CI ends at its time limit prints no summary: the main process
+# (under pytest-xdist, the one the workers report to) names a failed test as
+# soon as it is reported, and a test still running after
+# MC_TEST_REPORT_SLOW_SECONDS (600 unless set; 0 turns it off) once, so that
+# the log says which test failed and which one held the run. (In one
+# process, pytest captures what a test's thread writes meanwhile, the
+# second line with it.)
+_started = {}
+_said_slow = set()
+
+
+def _tell(text):
+    import sys
+    sys.stderr.write(f"\n[suite {time.strftime('%H:%M:%S')}] {text}\n")
+    sys.stderr.flush()
+
+
+def pytest_runtest_logstart(nodeid, location):
+    _started[nodeid] = time.monotonic()
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    _started.pop(nodeid, None)
+
+
+def pytest_runtest_logreport(report):
+    if report.failed and "PYTEST_XDIST_WORKER" not in os.environ:
+        _tell(f"FAILED {report.nodeid} ({report.when}, after {report.duration:.0f} s)")
+
+
+def pytest_sessionstart(session):
+    slow = float(os.environ.get("MC_TEST_REPORT_SLOW_SECONDS", "600"))
+    if slow <= 0 or "PYTEST_XDIST_WORKER" in os.environ:
+        return
+
+    def watch():
+        while True:
+            time.sleep(min(slow, 30))
+            now = time.monotonic()
+            for nodeid, t0 in list(_started.items()):
+                if now - t0 >= slow and nodeid not in _said_slow:
+                    _said_slow.add(nodeid)
+                    _tell(f"still running after {now - t0:.0f} s: {nodeid}")
+
+    import threading
+    threading.Thread(target=watch, name="slow-tests", daemon=True).start()
+
+
 @pytest.fixture(autouse=True)
 def _broker_outage_lock(request):
     global _broker_outage
