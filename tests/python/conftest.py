@@ -8,7 +8,9 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -23,7 +25,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CONDUCTOR_BIN = os.environ.get("MAGNUM_CONDUCTOR_BIN", os.path.join(ROOT, "target", "debug", "magnum-conductor"))
 VENV22_BIN = os.path.join(os.environ.get("MAGNUM22_VENV", os.path.expanduser(
     "~/.cache/magnum-conductor-rs/venv-magnum-22.0.0")), "bin")
-VENV_BIN = os.path.join(__import__("sys").prefix, "bin")  # the venv, not the interpreter it links to
+VENV_BIN = os.path.join(sys.prefix, "bin")  # the venv, not the interpreter it links to
 
 
 # Tests that stop the shared RabbitMQ (`rabbitmqctl stop_app`) are marked
@@ -73,7 +75,6 @@ _said_slow = set()
 
 
 def _tell(text):
-    import sys
     sys.stderr.write(f"\n[suite {time.strftime('%H:%M:%S')}] {text}\n")
     sys.stderr.flush()
 
@@ -105,7 +106,6 @@ def pytest_sessionstart(session):
                     _said_slow.add(nodeid)
                     _tell(f"still running after {now - t0:.0f} s: {nodeid}")
 
-    import threading
     threading.Thread(target=watch, name="slow-tests", daemon=True).start()
 
 
