@@ -70,6 +70,7 @@ def pytest_collection_modifyitems(session, config, items):
 # the log says which test failed and which one held the run. (In one
 # process, pytest captures what a test's thread writes meanwhile, the
 # second line with it.)
+_MAIN = "PYTEST_XDIST_WORKER" not in os.environ
 _started = {}
 _said_slow = set()
 
@@ -80,7 +81,8 @@ def _tell(text):
 
 
 def pytest_runtest_logstart(nodeid, location):
-    _started[nodeid] = time.monotonic()
+    if _MAIN:
+        _started[nodeid] = time.monotonic()
 
 
 def pytest_runtest_logfinish(nodeid, location):
@@ -88,13 +90,17 @@ def pytest_runtest_logfinish(nodeid, location):
 
 
 def pytest_runtest_logreport(report):
-    if report.failed and "PYTEST_XDIST_WORKER" not in os.environ:
+    if report.failed and _MAIN:
         _tell(f"FAILED {report.nodeid} ({report.when}, after {report.duration:.0f} s)")
 
 
 def pytest_sessionstart(session):
-    slow = float(os.environ.get("MC_TEST_REPORT_SLOW_SECONDS", "600"))
-    if slow <= 0 or "PYTEST_XDIST_WORKER" in os.environ:
+    text = os.environ.get("MC_TEST_REPORT_SLOW_SECONDS", "600")
+    try:
+        slow = float(text)
+    except ValueError:
+        raise pytest.UsageError(f"MC_TEST_REPORT_SLOW_SECONDS={text!r}: a number of seconds (0 turns it off)")
+    if slow <= 0 or not _MAIN:
         return
 
     def watch():
