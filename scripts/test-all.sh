@@ -5,19 +5,75 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each stage's heading says when it started (seconds since this script
+# began, set-up included): CI's budget is 90 minutes and this shows where
+# they go. The end of the run prints a table of wall time and CPU seconds
+# per stage and per Python test module (tests/suite_report.py; records in
+# MC_SUITE_TIMING_DIR). As root, each stage runs in a cgroup (cpuacct) of
+# its own, so its CPU counts everything it started, daemons and exited
+# processes included.
+MC_SUITE_TIMING_DIR="${MC_SUITE_TIMING_DIR:-$(mktemp -d -t mc-suite-timing-XXXXXX)}"
+mkdir -p "$MC_SUITE_TIMING_DIR"
+: > "$MC_SUITE_TIMING_DIR/stages.tsv"
+MC_SUITE_CGROUP=""
+if [ -w /sys/fs/cgroup/cpuacct ] && mkdir "/sys/fs/cgroup/cpuacct/magnum-rs-suite-$$" 2>/dev/null; then
+  MC_SUITE_CGROUP="/sys/fs/cgroup/cpuacct/magnum-rs-suite-$$"
+fi
+export MC_SUITE_TIMING_DIR MC_SUITE_CGROUP
+# The calling shell ($BASHPID: not in a command substitution, which is a
+# process of its own) into the cgroup NAME; its path in $cg_path ("" when
+# there is none).
+cg_enter() {
+  cg_path=""
+  [ -n "$MC_SUITE_CGROUP" ] || return 0
+  if mkdir -p "$MC_SUITE_CGROUP/$1" && echo "$BASHPID" > "$MC_SUITE_CGROUP/$1/cgroup.procs"; then
+    cg_path="$MC_SUITE_CGROUP/$1"
+  fi
+}
+stage_n=0
+stage() {
+  stage_n=$((stage_n + 1))
+  echo "== $* (at ${SECONDS}s)"
+  cg_enter "stage-$stage_n"
+  printf 'begin\t%s\t%s\t%s\n' "$*" "$(date +%s.%N)" "$cg_path" >> "$MC_SUITE_TIMING_DIR/stages.tsv"
+}
+# `in_background NAME COMMAND...`: COMMAND in a cgroup of its own, its
+# wall time recorded when it ends (run it with &).
+in_background() {
+  local name="$1" t0 rc=0
+  shift
+  t0="$(date +%s.%N)"
+  cg_enter "bg-${name// /-}"
+  "$@" || rc=$?
+  printf 'bg\t%s\t%s\t%s\t%s\n' "$name" "$t0" "$(date +%s.%N)" "$cg_path" >> "$MC_SUITE_TIMING_DIR/stages.tsv"
+  return "$rc"
+}
+# At the end, passed or not: the table, and the cgroups taken down (those a
+# process still holds stay; the kernel refuses to remove them).
+bg_pids=()
+finish() {
+  local rc=$?
+  [ "${#bg_pids[@]}" -eq 0 ] || kill "${bg_pids[@]}" 2>/dev/null || true
+  [ -z "${bin_dir:-}" ] || rm -rf "$bin_dir"
+  [ -z "${release_dir:-}" ] || rm -rf "$release_dir"
+  printf 'end\t%s\n' "$(date +%s.%N)" >> "$MC_SUITE_TIMING_DIR/stages.tsv"
+  echo "== where the time went: wall and CPU seconds per stage and per Python module (tests/suite_report.py $MC_SUITE_TIMING_DIR)"
+  python3 tests/suite_report.py "$MC_SUITE_TIMING_DIR" || true
+  if [ -n "$MC_SUITE_CGROUP" ]; then
+    echo "$BASHPID" > /sys/fs/cgroup/cpuacct/cgroup.procs 2>/dev/null || true
+    rmdir "$MC_SUITE_CGROUP"/*/ "$MC_SUITE_CGROUP" 2>/dev/null || true
+  fi
+  return "$rc"
+}
+trap finish EXIT
+
+stage "set-up (scripts/setup-env.sh: what is missing installed, artifacts verified)"
 exports="$(scripts/setup-env.sh | tail -n 1)"  # a failure stops here (eval of nothing would not)
 eval "$exports"
 export CARGO_TERM_COLOR=never
-# Each stage's heading says when it started (seconds since this script
-# began, set-up included): CI's budget is 90 minutes and this shows where
-# they go.
-stage() { echo "== $* (at ${SECONDS}s)"; }
 
 stage "cargo fmt"
 cargo fmt --all -- --check
-stage "cargo clippy (as released, and with the crash points)"
-cargo clippy --workspace --all-targets --quiet -- -D warnings
-cargo clippy --workspace --all-targets --quiet --features conductor/failpoints -- -D warnings
 stage "lint: shellcheck (scripts), ansible-lint production profile (deploy/ansible)"
 shellcheck scripts/*.sh .ci/run
 (cd deploy/ansible && PATH="$ANSIBLE_LINT_VENV/bin:$PATH" ansible-lint --profile production --offline --nocolor -q)
@@ -32,58 +88,87 @@ if grep -a -q -e MAGNUM_CONDUCTOR_FAILPOINT -e "failpoint reached" target/debug/
   echo "crash-point code found in a build without the failpoints feature" >&2
   exit 1
 fi
-# The demo (README's first command) runs this build, as released, beside
-# the builds and cargo test below (it mostly waits on simulated rollouts);
-# its outcome is checked before the Python suite.
+# The demo (README's first command) and Magnum's own API tests through
+# tempest (tests/python/test_tempest.py) run this build, as released (a
+# copy: the builds below write target/debug), beside everything below: both
+# mostly wait on simulated rollouts and, tempest, on the plugin's own
+# sleeping. Their outcomes come at the end.
+release_dir="$(mktemp -d)"
+cp target/debug/magnum-conductor target/debug/capi-sim "$release_dir/"
 stage "the demo (README's first command: scripts/demo.sh), as released: started in the background"
-demo_dir="$(mktemp -d)"
-cp target/debug/magnum-conductor target/debug/capi-sim "$demo_dir/"
-DEMO_BIN_DIR="$demo_dir" scripts/demo.sh > "$demo_dir/demo.log" 2>&1 &
+demo_log="$(mktemp)"
+DEMO_BIN_DIR="$release_dir" in_background "the demo" scripts/demo.sh > "$demo_log" 2>&1 &
 demo_pid=$!
+bg_pids=("$demo_pid")
+stage "magnum-tempest-plugin 2.12.0, as released: started in the background"
+tempest_log="$(mktemp)"
+MAGNUM_CONDUCTOR_BIN="$release_dir/magnum-conductor" \
+  in_background "magnum-tempest-plugin" "$MAGNUM_VENV/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q \
+  tests/python/test_tempest.py >"$tempest_log" 2>&1 &
+tempest_pid=$!
+bg_pids=("$demo_pid" "$tempest_pid")
+stage "cargo clippy (as released, and with the crash points)"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+cargo clippy --workspace --all-targets --quiet --features conductor/failpoints -- -D warnings
 stage "cargo build (with the crash points the restart tests use)"
 cargo build --workspace --quiet --features conductor/failpoints
 grep -a -q MAGNUM_CONDUCTOR_FAILPOINT target/debug/magnum-conductor
-# Magnum's own API tests through tempest (tests/python/test_tempest.py) run
-# beside everything below: most of their ~15 minutes is the plugin's own
-# sleeping. Their output comes at the end.
-stage "magnum-tempest-plugin 2.12.0: started in the background"
-tempest_log="$(mktemp)"
-MAGNUM_CONDUCTOR_BIN="$PWD/target/debug/magnum-conductor" \
-  "$MAGNUM_VENV/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q tests/python/test_tempest.py \
-  >"$tempest_log" 2>&1 &
-tempest_pid=$!
-trap 'kill "$tempest_pid" "$demo_pid" 2>/dev/null || true' EXIT
-stage "cargo test (unit + integration, real RabbitMQ)"
-MAGNUM_VENV="$MAGNUM_VENV" cargo test --workspace --quiet --features conductor/failpoints 2>&1 | tee /tmp/mc-cargo-test.log
-stage "the demo's outcome"
-if ! wait "$demo_pid"; then
-  cat "$demo_dir/demo.log"
-  echo "scripts/demo.sh failed" >&2
-  exit 1
-fi
-grep -E '^(===|---)' "$demo_dir/demo.log"
-rm -rf "$demo_dir"
+# The Python tests run a copy of these binaries: cargo test below may
+# relink target/debug with its dev-dependencies' features while they start
+# them.
+bin_dir="$(mktemp -d)"
+find target/debug -maxdepth 1 -type f -perm -u+x -exec cp {} "$bin_dir/" \;
+# cargo test keeps about one core busy (its tests mostly wait on RabbitMQ,
+# MariaDB and apiservers): it runs beside the Python suite below, which is
+# given a copy of the binaries (cargo test may relink target/debug with its
+# dev-dependencies' features while the suite starts them). None of its
+# tests stops RabbitMQ; the Python tests that do run after it.
+stage "cargo test (unit + integration, real RabbitMQ): started in the background"
+cargo_test_log="$(mktemp)"
+MAGNUM_VENV="$MAGNUM_VENV" in_background "cargo test" cargo test --workspace --quiet --features conductor/failpoints \
+  >"$cargo_test_log" 2>&1 &
+cargo_test_pid=$!
+bg_pids=("$demo_pid" "$tempest_pid" "$cargo_test_pid")
 stage "magnum-api driver package (Magnum 23.0.0 and 22.0.0, installed as operators do)"
 for api_venv in "$MAGNUM_API_VENV" "$MAGNUM22_API_VENV"; do
   "$api_venv/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q deploy/magnum-driver/tests
 done
 # Most of these tests wait on simulated rollouts, not on a CPU: modules run
 # in PY_WORKERS processes (each module whole in one, its fixtures shared by
-# its tests; every test has its own vhost, database, ports and control
-# plane). The tests that stop RabbitMQ run after them, alone.
+# its tests; every test has its own vhost, database and ports; control
+# planes are reused between a process's modules, wiped: tests/python/k8s.py).
+# The tests that stop RabbitMQ run after them, alone.
 py_workers="${PY_WORKERS:-3}"
 stage "python interop tests (Magnum 23.0.0 client), $py_workers processes"
-MAGNUM_CONDUCTOR_BIN="$PWD/target/debug/magnum-conductor" \
-  "$MAGNUM_VENV/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q --durations=12 tests/python \
-  --ignore=tests/python/test_tempest.py -m "not broker_outage" -n "$py_workers" --dist loadfile
+MAGNUM_CONDUCTOR_BIN="$bin_dir/magnum-conductor" \
+  "$MAGNUM_VENV/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q --durations=10 tests/python \
+  --ignore=tests/python/test_tempest.py -m "not broker_outage" -n "$py_workers" --dist loadfile --no-loadscope-reorder
+stage "cargo test's outcome"
+cargo_test_rc=0
+wait "$cargo_test_pid" || cargo_test_rc=$?
+cp "$cargo_test_log" /tmp/mc-cargo-test.log
+grep -E '^(test result|error|failures:|---- )' "$cargo_test_log" || true
+if [ "$cargo_test_rc" != 0 ]; then
+  tail -n 200 "$cargo_test_log"
+  echo "cargo test failed (exit $cargo_test_rc)" >&2
+  exit 1
+fi
+stage "the demo's outcome"
+if ! wait "$demo_pid"; then
+  cat "$demo_log"
+  echo "scripts/demo.sh failed" >&2
+  exit 1
+fi
+bg_pids=("$tempest_pid")
+grep -E '^(===|---)' "$demo_log"
 stage "python interop tests that stop RabbitMQ (alone)"
-MAGNUM_CONDUCTOR_BIN="$PWD/target/debug/magnum-conductor" \
+MAGNUM_CONDUCTOR_BIN="$bin_dir/magnum-conductor" \
   "$MAGNUM_VENV/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q tests/python \
   --ignore=tests/python/test_tempest.py -m broker_outage
 stage "magnum-tempest-plugin 2.12.0 (tempest 47.0.0, real magnum-api and Keystone, workload apiservers)"
 tempest_rc=0
 wait "$tempest_pid" || tempest_rc=$?
-trap - EXIT
+bg_pids=()
 cat "$tempest_log"
 if [ "$tempest_rc" != 0 ]; then
   echo "magnum-tempest-plugin tests failed (exit $tempest_rc)" >&2

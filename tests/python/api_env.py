@@ -29,6 +29,7 @@ import urllib.request
 
 from conftest import (ROOT, Conductor, free_port, new_database, new_vhost, rabbitmqctl, write_conf)
 from openstack_services import Glance, Manila, Neutron, Nova
+from suite_timing import count
 from test_lifecycle import Sim
 from test_lifecycle_keystone import KEYSTONE, call, password_token, start_keystone
 
@@ -264,6 +265,7 @@ class ApiEnv:
         else:
             cmd = [os.path.join(self.venv, "bin", "python"), os.path.join(HERE, "magnum_api_wsgi.py"),
                    str(self.api_conf), "127.0.0.1", str(self.api_port)]
+        count("magnum-api")
         p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append(p)
         deadline = time.time() + 90
@@ -289,6 +291,7 @@ class ApiEnv:
         env.setdefault("SHELL", "/bin/bash")
         # The user's CLI is python-openstackclient 10.5.0 + python-magnumclient
         # 5.0.0 (the 23.0.0 venv) whatever release the server runs.
+        count("openstack CLI")
         p = subprocess.run([os.path.join(API_VENVS["23"], "bin", "openstack"), *args], capture_output=True,
                            text=True, timeout=180, env=env, cwd=str(self.tmp))
         with open(self.tmp / "openstack.log", "a") as f:
@@ -305,18 +308,52 @@ class ApiEnv:
     def coe(self, *args, **kw):
         return self.openstack("coe", *args, **kw)[1]
 
-    def wait(self, cluster, done, timeout=180):
+    def rest(self, path):
+        """GET magnum-api's `/v1<path>` as alice, as her CLI sends it (the
+        newest microversion): the body, or None on 404."""
+        if getattr(self, "_alice_token", None) is None or time.time() > self._alice_token[1]:
+            token, _ = password_token(self.ks["url"], "alice", USER_PW, project_id=self.ks["tenant"])
+            self._alice_token = (token, time.time() + 1800)
+        status, _, body = call("GET", f"{self.api_url}/v1{path}", self._alice_token[0],
+                               headers={"OpenStack-API-Version": "container-infra latest"})
+        if status == 404:
+            return None
+        assert status == 200, (path, status)
+        return body
+
+    def poll(self, rest_path, cli_args, done, timeout=180, state=None):
+        """Wait until `done(view)` holds for what the user's CLI shows
+        (`openstack <cli_args> -f json`; None when it fails, e.g. gone).
+        Polled through magnum-api's REST API, the API the CLI calls (a new
+        openstack process costs ~2.5 CPU seconds, and a wait used to start
+        one a second); once the API's answer satisfies `done`, the CLI is
+        asked and its view must satisfy it too, which is what is returned.
+        `state(view)` names each distinct state seen (for the failure
+        message and the caller). Returns (CLI view, states seen)."""
         deadline = time.time() + timeout
         seen = []
+
+        def note(view):
+            s = state(view) if state else None
+            if state and (not seen or seen[-1] != s):
+                seen.append(s)
         while time.time() < deadline:
-            rc, c, _ = self.openstack("coe", "cluster", "show", cluster, "-f", "json", ok=False)
-            state = (c["status"], c.get("status_reason")) if rc == 0 else "gone"
-            if not seen or seen[-1] != state:
-                seen.append(state)
-            if done(c if rc == 0 else None):
-                return c, seen
-            time.sleep(1)
+            view = self.rest(rest_path)
+            note(view)
+            if done(view):
+                rc, shown, _ = self.openstack(*cli_args, "-f", "json", ok=False)
+                shown = shown if rc == 0 else None
+                note(shown)
+                if done(shown):
+                    return shown, seen
+            time.sleep(0.5)
         raise AssertionError(f"timed out; seen {seen}; see {self.tmp}")
+
+    def wait(self, cluster, done, timeout=180):
+        """The cluster as `openstack coe cluster show` gives it once `done`
+        holds for it (None: gone), and the (status, reason) states seen."""
+        return self.poll(f"/clusters/{cluster}", ("coe", "cluster", "show", cluster), done, timeout,
+                         state=lambda c: (c["status"], c.get("status_reason")) if c else "gone")
 
     def close(self):
         """Ends what this ApiEnv started, also when it started only part of it."""

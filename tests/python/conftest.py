@@ -19,7 +19,15 @@ import warnings
 
 import pytest
 
+import suite_timing
+
 warnings.simplefilter("ignore")
+
+# Wall time and CPU per module, when the test command asks
+# (MC_SUITE_TIMING_DIR: tests/python/suite_timing.py).
+if suite_timing.DIR:
+    pytest_runtest_protocol = suite_timing.pytest_runtest_protocol
+    pytest_sessionfinish = suite_timing.pytest_sessionfinish
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CONDUCTOR_BIN = os.environ.get("MAGNUM_CONDUCTOR_BIN", os.path.join(ROOT, "target", "debug", "magnum-conductor"))
@@ -43,6 +51,7 @@ _broker_outage = None
 def rabbitmqctl(*args):
     if args[:1] == ("stop_app",):
         assert _broker_outage is not None, "a test that stops RabbitMQ must be marked broker_outage"
+    suite_timing.count("rabbitmqctl")
     out = subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, text=True, timeout=60)
     return out.stdout
 
@@ -59,8 +68,31 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "broker_outage: the test stops the shared RabbitMQ (runs last, exclusively)")
 
 
+# The modules in the order of their measured wall time, longest first
+# (suite_order.json, written by `tests/suite_report.py DIR --order` from a
+# run of the test command): with several processes (pytest-xdist
+# `--dist loadfile --no-loadscope-reorder`, as scripts/test-all.sh runs
+# them) the longest start first and the short ones fill the gaps, instead of
+# a long module starting last and running on alone. A module not measured
+# yet goes first.
+SUITE_ORDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "suite_order.json")
+
+
+def _module_seconds():
+    try:
+        with open(SUITE_ORDER) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
 def pytest_collection_modifyitems(session, config, items):
-    items.sort(key=lambda item: item.get_closest_marker("broker_outage") is not None)
+    seconds = _module_seconds()
+
+    def key(item):
+        module = os.path.basename(str(item.fspath))
+        return (item.get_closest_marker("broker_outage") is not None, -seconds.get(module, float("inf")))
+    items.sort(key=key)  # stable: each module's own order is kept
 
 
 # A run that CI ends at its time limit prints no summary: the main process

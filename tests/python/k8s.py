@@ -26,6 +26,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from suite_timing import count
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 K8S_UP = os.path.join(ROOT, "scripts", "k8s-up.sh")
 K8S_DOWN = os.path.join(ROOT, "scripts", "k8s-down.sh")
@@ -54,6 +56,7 @@ _all = []
 
 class ControlPlane:
     def __init__(self, line):
+        count("control planes")
         self.line = line
         self.dir = tempfile.mkdtemp(prefix=f"{line}-", dir=_WORK)
         _all.append(self)
@@ -77,6 +80,132 @@ class ControlPlane:
             os.makedirs(self.dir)
         self.kubeconfig = os.path.join(self.dir, "kubeconfig")
         self.kube = Kube(self)
+        self._kinds = None
+        # What a fresh control plane holds outside the tests' namespaces:
+        # a module that leaves anything else behind there, or removes any
+        # of it, gets no reuse of this control plane (see `wipe`).
+        self.baseline = self._outside_namespaces()
+
+    # ---- reuse between modules of one test process (issue 48) ----
+    #
+    # Starting a control plane costs ~18 CPU seconds (kube-apiserver, etcd,
+    # the line's CRDs), and the suite used to start one per module. A module
+    # that is done gives it back (`stop`): everything it made is deleted
+    # (every namespace but the system ones, after the finalizers that no
+    # controller will ever remove now are cleared; every object outside them
+    # that a fresh control plane does not hold), and the next module on the
+    # same line in this process gets it, checked clean (`unclean`). Anything
+    # a wipe cannot bring back to a fresh one's state (an apiserver left
+    # stopped, a CRD deleted, a namespace that will not go) stops it instead.
+
+    def kinds(self):
+        """[(path prefix, plural, namespaced)] of every resource that can be
+        listed and deleted (discovery; the CRDs are the line's, fixed)."""
+        if self._kinds is None:
+            versions = [("/api/v1", self.kube.get("/api/v1"))]
+            for g in self.kube.get("/apis")["groups"]:
+                for v in g["versions"]:
+                    versions.append((f"/apis/{v['groupVersion']}", None))
+            kinds = []
+            for prefix, doc in versions:
+                doc = doc or self.kube.get(prefix) or {"resources": []}
+                for r in doc["resources"]:
+                    if "/" in r["name"] or not {"list", "delete"} <= set(r.get("verbs", [])):
+                        continue
+                    if r["name"] in ("componentstatuses", "events", "bindings"):
+                        continue
+                    kinds.append((prefix, r["name"], r["namespaced"]))
+            self._kinds = kinds
+        return self._kinds
+
+    def _objects(self):
+        """Every object of every kind: {path: (namespace, finalizers)}."""
+        out = {}
+        for prefix, plural, namespaced in self.kinds():
+            got = self.kube.get(f"{prefix}/{plural}") or {"items": []}
+            for o in got["items"]:
+                m = o["metadata"]
+                ns = m.get("namespace")
+                path = f"{prefix}/namespaces/{ns}/{plural}/{m['name']}" if namespaced else \
+                    f"{prefix}/{plural}/{m['name']}"
+                out[path] = (ns, m.get("finalizers") or [])
+        return out
+
+    @staticmethod
+    def _outside(path, ns):
+        """Whether an object is one of a fresh control plane's kind: not in
+        a tests' namespace, nor one the control plane makes and remakes by
+        itself (in every namespace its ServiceAccount and root CA; the
+        apiservers' identity Leases; the APIServices of the CRDs' groups;
+        the flow-control objects it keeps)."""
+        plural, name = path.rsplit("/", 2)[1:]
+        if ns is not None:
+            return ns in SYSTEM_NAMESPACES and not (
+                (plural, name) in (("serviceaccounts", "default"), ("configmaps", "kube-root-ca.crt"))
+                or (plural == "leases" and ns == "kube-system"))
+        if path.startswith("/api/v1/namespaces/"):
+            return name in SYSTEM_NAMESPACES
+        return plural not in ("apiservices", "flowschemas", "prioritylevelconfigurations")
+
+    def _outside_namespaces(self, objects=None):
+        objects = self._objects() if objects is None else objects
+        return {p for p, (ns, _) in objects.items() if self._outside(p, ns)}
+
+    def unclean(self):
+        """None when the control plane holds nothing a fresh one does not;
+        else what it holds (the namespaces, then other objects)."""
+        if not self.ready():
+            return "its kube-apiserver does not answer"
+        names = {n["metadata"]["name"] for n in self.kube.get("/api/v1/namespaces")["items"]}
+        if names - SYSTEM_NAMESPACES:
+            return f"namespaces {sorted(names - SYSTEM_NAMESPACES)}"
+        now = self._outside_namespaces()
+        if now != self.baseline:
+            return (f"objects not in a fresh control plane: {sorted(now - self.baseline)[:10]}; "
+                    f"missing: {sorted(self.baseline - now)[:10]}")
+        return None
+
+    def wipe(self, timeout=90):
+        """Delete what the tests made; True when it is then as fresh."""
+        if not self.ready():
+            return False
+        objects = self._objects()
+        if self.baseline - self._outside_namespaces(objects):
+            return False  # something of a fresh control plane is gone (a CRD?)
+        for path, (ns, finalizers) in objects.items():
+            ours = ns is not None and ns not in SYSTEM_NAMESPACES
+            extra = self._outside(path, ns) and path not in self.baseline
+            if not (ours or extra):
+                continue
+            if finalizers:
+                try:
+                    self.kube.request("PATCH", path, {"metadata": {"finalizers": None}},
+                                      "application/merge-patch+json")
+                except AssertionError as e:
+                    if ": 404 " not in str(e):
+                        raise
+            if extra:
+                self._delete(path)
+        for n in self.kube.get("/api/v1/namespaces")["items"]:
+            if n["metadata"]["name"] not in SYSTEM_NAMESPACES:
+                self._delete(f"/api/v1/namespaces/{n['metadata']['name']}")
+        deadline = time.time() + timeout
+        while (problem := self.unclean()) is not None:
+            if time.time() > deadline:
+                return False
+            if problem.startswith("objects"):
+                # A namespaced object's finalizer set between the strip
+                # and the namespace's deletion: strip again.
+                return False
+            time.sleep(0.5)
+        return True
+
+    def _delete(self, path):
+        try:
+            self.kube.request("DELETE", path)
+        except AssertionError as e:
+            if ": 404 " not in str(e):
+                raise
 
     def env(self):
         with open(os.path.join(self.dir, "env")) as f:
@@ -140,18 +269,54 @@ class ControlPlane:
         self.start_apiserver(self.stop_apiserver())
 
     def stop(self):
+        """Done with it: wiped and kept for this process's next module on
+        the line (MC_K8S_REUSE=0: never), else stopped."""
+        if not _pool.give_back(self):
+            self.destroy()
+
+    def destroy(self):
         if self in _all:
             _all.remove(self)
         subprocess.run([K8S_DOWN, self.dir], capture_output=True, timeout=60)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+SYSTEM_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease"}
+REUSE = os.environ.get("MC_K8S_REUSE", "1") == "1"
+
+
 class _Pool:
-    """One spare control plane per line, started in the background."""
+    """Control planes given back by the modules that are done with them,
+    wiped (one per line; `ControlPlane.wipe`); without reuse, one spare per
+    line started in the background."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.spares = {}
+        self.kept = {}
+
+    def give_back(self, cp):
+        """Keeps `cp` for the next module on its line, wiped in the
+        background (the module's teardown does not wait for it); False when
+        it is not kept (no reuse, or one is kept for the line already)."""
+        if not REUSE:
+            return False
+        with self.lock:
+            if cp.line in self.kept:
+                return False
+            box = {}
+
+            def run():
+                try:
+                    box["clean"] = cp.wipe()
+                except Exception as e:
+                    box["clean"], box["error"] = False, e
+                if not box["clean"]:
+                    cp.destroy()
+            t = threading.Thread(target=run, daemon=True)
+            self.kept[cp.line] = (t, box, cp)
+            t.start()
+        return True
 
     def _start(self, line):
         box = {}
@@ -167,13 +332,30 @@ class _Pool:
 
     def take(self, line):
         with self.lock:
+            kept = self.kept.pop(line, None)
+        if kept is not None:
+            t, box, kept = kept
+            t.join()
+        if kept is not None and box["clean"]:
+            problem = kept.unclean()
+            if problem is None:
+                count("control planes reused")
+                return kept
+            kept.destroy()
+            # It was clean when the last module gave it back: something of
+            # that module's is still writing to it.
+            raise AssertionError(f"a control plane given back clean holds {problem}: a process of an earlier "
+                                 f"module still writes to it (a conductor, capi-sim or proxy left running)")
+        with self.lock:
             spare = self.spares.pop(line, None)
             if spare is None:
                 spare = self._start(line)
             t, box = spare
         t.join()
         with self.lock:
-            if os.environ.get("MC_K8S_PREWARM", "1") == "1":
+            # Reused control planes make a spare one mostly idle (~5% of a
+            # core while it waits) and the last one of each line wasted.
+            if not REUSE and os.environ.get("MC_K8S_PREWARM", "1") == "1":
                 self.spares[line] = self._start(line)
         if "error" in box:
             raise box["error"]
@@ -182,17 +364,22 @@ class _Pool:
     def stop(self):
         with self.lock:
             spares, self.spares = list(self.spares.values()), {}
+            kept, self.kept = list(self.kept.values()), {}
         for t, box in spares:
             t.join()
             if "cp" in box:
-                box["cp"].stop()
+                box["cp"].destroy()
+        for t, box, cp in kept:
+            t.join()
+            cp.destroy()
 
 
 _pool = _Pool()
 
 
 def control_plane(line):
-    """A fresh, ready control plane with `line`'s CRDs (the caller stops it)."""
+    """A ready control plane with `line`'s CRDs, fresh or wiped to a fresh
+    one's state (the caller stops it)."""
     return _pool.take(line)
 
 
@@ -200,7 +387,7 @@ def control_plane(line):
 def _stop_all():
     _pool.stop()
     for cp in list(_all):
-        cp.stop()
+        cp.destroy()
     shutil.rmtree(_WORK, ignore_errors=True)
 
 

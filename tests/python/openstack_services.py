@@ -41,6 +41,7 @@ import urllib.error
 import urllib.request
 
 from conftest import free_port
+from suite_timing import count
 
 CINDER_VENV = os.environ.get("CINDER_VENV", os.path.expanduser("~/.cache/magnum-conductor-rs/venv-cinder-29.0.0"))
 VENV = os.environ.get("OPENSTACK_VENV",
@@ -168,6 +169,7 @@ def gunicorn(venv, app, d, port, env, ready_url, what, workers=1):
 
 class Neutron:
     def __init__(self, d, db_name, keystone_url, password, workers=2):
+        count("neutron")
         """Start it in directory `d` with a fresh database `db_name`, tokens
         validated by `keystone_url` (keystonemiddleware) as the user
         `neutron` (`password`, admin on the project `service`)."""
@@ -205,6 +207,7 @@ class Neutron:
 
 class Octavia:
     def __init__(self, d, db_name, neutron, keystone_url, password):
+        count("octavia")
         """Start the API server and the driver agent in directory `d` with a
         fresh database `db_name`. `stall(lb_id)` makes the provider hold that
         load balancer's deletion until `release(lb_id)`. VIP ports are real
@@ -257,6 +260,7 @@ class Octavia:
 
 class Cinder:
     def __init__(self, d, db_name, vhost, keystone_url, password):
+        count("cinder")
         """Start API, scheduler and volume service in directory `d` with a
         fresh database `db_name` on RabbitMQ vhost `vhost`, authenticating
         tokens with `keystone_url` as the user `cinder` (`password`), who
@@ -294,6 +298,7 @@ class Cinder:
 
 class Glance:
     def __init__(self, d, db_name, keystone_url, password):
+        count("glance")
         """Glance's API (glance==33.0.0, `glance.wsgi.api` under gunicorn)
         with the file store in `d`, a fresh database `db_name`, tokens
         validated by `keystone_url` as the user `glance` (`password`, admin
@@ -337,6 +342,7 @@ NOVA_APP = ("import sys\nsys.argv = ['nova-api']\n"
 
 class Nova:
     def __init__(self, d, db_prefix, vhost, keystone_url, password):
+        count("nova")
         """Nova's compute API (nova==34.0.0, `nova.wsgi.osapi_compute` under
         gunicorn), no scheduler, conductor or compute: its API database
         (flavors, keypairs) and cell0 made by `nova-manage`, tokens
@@ -382,6 +388,7 @@ class Nova:
 
 class Manila:
     def __init__(self, d, db_name, vhost, keystone_url, password):
+        count("manila")
         """Manila's API (manila==23.0.0, `manila.wsgi.api` under gunicorn)
         with a fresh database `db_name` made by `manila-manage db sync`,
         tokens validated by `keystone_url` as the user `manila` (`password`,

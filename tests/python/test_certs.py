@@ -12,10 +12,11 @@
 import json
 import os
 import subprocess
-import sys
 import uuid
 
 import pytest
+
+import client_pool
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -49,7 +50,9 @@ class Env:
         return run_json([DB_TOOL, "--config-file", self.conf, *args])
 
     def client(self, *args):
-        return run_json([sys.executable, os.path.join(HERE, "cert_client.py"), self.conf, *args])
+        p = client_pool.run(os.path.join(HERE, "cert_client.py"), [self.conf, *args], timeout=180)
+        assert p.returncode == 0, p.stderr[-3000:]
+        return json.loads(p.stdout.strip().splitlines()[-1])
 
     def new_cluster(self, name):
         return self.tool("create", "cluster", json.dumps(dict(

@@ -12,11 +12,12 @@
 import json
 import os
 import subprocess
-import sys
 import time
 import uuid
 
 import pytest
+
+import client_pool
 
 from conftest import (CONDUCTOR_BIN, VENV22_BIN, Conductor, free_port, mysql_admin, new_database, new_vhost,
                       rabbitmqctl, write_conf)
@@ -70,9 +71,8 @@ def rust(conf, *args):
 
 
 def python(url, *args, release="23"):
-    exe = sys.executable if release == "23" else os.path.join(VENV22_BIN, "python")
-    p = subprocess.run([exe, os.path.join(HERE, "db_side.py"), url, *args], capture_output=True,
-                       text=True, timeout=120)
+    python = None if release == "23" else os.path.join(VENV22_BIN, "python")
+    p = client_pool.run(os.path.join(HERE, "db_side.py"), [url, *args], timeout=120, python=python)
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout)
 

@@ -22,7 +22,6 @@ create (`enforce_cluster_type_supported`); Magnum 22.0.0 checks `provides`
 at template create.
 """
 import base64
-import time
 
 import pytest
 
@@ -62,10 +61,6 @@ def refused(env, *args):
     rc, _, err = env.openstack("coe", *args, ok=False)
     assert rc != 0, args
     return err
-
-
-def ng(env, cluster, name):
-    return env.coe("nodegroup", "show", cluster, name, "-f", "json")
 
 
 def settled(c):
@@ -191,29 +186,20 @@ def test_user_session(env):
 
     # Node groups.
     env.coe("nodegroup", "create", "demo", "extra", "--node-count", "1", "--labels", "tier=batch")
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        n = ng(env, "demo", "extra")
-        if not n["status"].endswith("_IN_PROGRESS"):
-            break
-        time.sleep(1)
+    extra = ("/clusters/demo/nodegroups/extra", ("coe", "nodegroup", "show", "demo", "extra"))
+    n, _ = env.poll(*extra, lambda n: n is not None and not n["status"].endswith("_IN_PROGRESS"))
     assert n["status"] == "CREATE_COMPLETE", n
     assert len(n["node_addresses"]) == 1 and n["labels"].get("tier") == "batch", n
     env.coe("nodegroup", "update", "demo", "extra", "--max-nodes", "3")
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        n = ng(env, "demo", "extra")
-        if n["max_node_count"] == 3 and not n["status"].endswith("_IN_PROGRESS"):
-            break
-        time.sleep(1)
+    n, _ = env.poll(*extra, lambda n: n["max_node_count"] == 3 and not n["status"].endswith("_IN_PROGRESS"))
     assert (n["status"], n["max_node_count"]) == ("UPDATE_COMPLETE", 3), n
     env.coe("nodegroup", "delete", "demo", "extra")
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        names = [x["name"] for x in env.coe("nodegroup", "list", "demo", "-f", "json")]
-        if "extra" not in names:
-            break
-        time.sleep(1)
+
+    def names(view):  # the API's {"nodegroups": [...]}, the CLI's list
+        return [x["name"] for x in (view["nodegroups"] if isinstance(view, dict) else view)]
+    listed, _ = env.poll("/clusters/demo/nodegroups", ("coe", "nodegroup", "list", "demo"),
+                         lambda v: v is not None and "extra" not in names(v))
+    names = names(listed)
     assert names == ["default-master", "default-worker"] or sorted(names) == ["default-master", "default-worker"]
     delete(env, c)
 

@@ -29,9 +29,11 @@ import urllib.request
 
 import pytest
 
+import client_pool
 from conftest import (CONDUCTOR_BIN, ROOT, Conductor, free_port, log_tail, new_database, new_vhost, rabbitmqctl,
                       write_conf)
 from k8s import SIM_BIN, Sim  # noqa: F401 (SIM_BIN: re-exported for other modules)
+import suite_timing
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROJECT = "9d3c1b2a4e5f46a7b8c9d0e1f2a3b4c5"
@@ -87,9 +89,9 @@ class Env:
     def client(self, *args, project=PROJECT):
         if args[0] == "get":
             return self.get(args[1])
-        p = subprocess.run([sys.executable, os.path.join(HERE, "lifecycle_client.py"), self.client_conf, *args],
-                           capture_output=True, text=True, timeout=180,
-                           env=dict(os.environ, MC_PROJECT=project, **self.client_env))
+        suite_timing.count("magnum clients")
+        p = client_pool.run(os.path.join(HERE, "lifecycle_client.py"), [self.client_conf, *args], timeout=180,
+                            env=dict(os.environ, MC_PROJECT=project, **self.client_env))
         if p.returncode != 0:
             log = self.tmp / "client-failure.log"
             log.write_text(p.stdout + p.stderr)
@@ -114,8 +116,7 @@ class Env:
             self.getter_log.write(line)
 
     def certs(self, *args):
-        p = subprocess.run([sys.executable, os.path.join(HERE, "cert_client.py"), self.client_conf, *args],
-                           capture_output=True, text=True, timeout=180)
+        p = client_pool.run(os.path.join(HERE, "cert_client.py"), [self.client_conf, *args], timeout=180)
         assert p.returncode == 0, p.stderr[-3000:]
         return json.loads(p.stdout.strip().splitlines()[-1])
 

@@ -18,6 +18,7 @@ import urllib.request
 import pytest
 
 from conftest import ROOT, free_port
+from suite_timing import count
 from test_lifecycle import Env
 
 KEYSTONE = os.path.join(ROOT, "scripts", "keystone.sh")
@@ -49,6 +50,7 @@ def password_token(url, user, password, project_id=None, project_name=None):
 def start_keystone(d):
     """scripts/keystone.sh start in directory `d`: (url, admin password,
     an admin token)."""
+    count("keystone")
     port = free_port()
     out = subprocess.run([KEYSTONE, "start", str(d), str(port)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -160,3 +162,37 @@ def test_check_validates_the_keystone_credentials(env, keystone):
     assert line.startswith("FAIL") and "401" in line, p.stdout
     assert "N0t-the-pw-77" not in p.stdout + p.stderr
     assert [x.split()[1] for x in p.stdout.splitlines() if x.startswith("FAIL")] == ["keystone"], p.stdout
+
+
+def test_keystone_cascades_a_deleted_users_credentials(keystone):
+    """The suite's Keystone deletes what hangs off a row as MySQL would
+    (scripts/keystone.sh turns SQLite's foreign keys on): a deleted user's
+    application credentials go in one bulk delete, and their role rows with
+    them. Without it the next credential was given the freed internal id and
+    refused with 409 "Duplicate entry" (seen in CI; reproduced with exactly
+    these steps)."""
+    url = keystone["url"]
+    admin, _ = password_token(url, "admin", keystone["admin_pw"], project_name="admin")
+    project, gone = user_with_role(url, admin, "fk-project", "fk-gone", "fk-gone-pw", "member")
+    other = "fk-other"
+    status, _, u = call("POST", f"{url}/users", admin, {"user": {"name": other, "domain_id": "default",
+                                                               "password": "fk-other-pw"}})
+    assert status == 201
+    _, _, roles = call("GET", f"{url}/roles?name=member", admin)
+    status, _, _ = call("PUT", f"{url}/projects/{project}/users/{u['user']['id']}/roles/{roles['roles'][0]['id']}",
+                        admin)
+    assert status == 204
+    for user, password, name in (("fk-gone", "fk-gone-pw", "first"), (other, "fk-other-pw", "second")):
+        token, body = password_token(url, user, password, project_id=project)
+        status, _, made = call("POST", f"{url}/users/{body['token']['user']['id']}/application_credentials", token,
+                               {"application_credential": {"name": name}})
+        assert status == 201, (name, status)
+        assert [r["name"] for r in made["application_credential"]["roles"]], made
+        if name == "first":
+            status, _, _ = call("DELETE", f"{url}/users/{gone}", admin)
+            assert status == 204
+    # And the second one works.
+    status, _, _ = call("POST", f"{url}/auth/tokens", body={"auth": {"identity": {
+        "methods": ["application_credential"], "application_credential": {
+            "id": made["application_credential"]["id"], "secret": made["application_credential"]["secret"]}}}})
+    assert status == 201
