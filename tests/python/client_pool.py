@@ -17,7 +17,7 @@ with the script's exit code, standard output and standard error. The server
 is started on first use, one per test process, and ends with it (its
 standard input closes).
 
-    python client_pool.py serve SOCKET     (what run() starts)
+    python client_pool.py serve SOCKET MODULE,... SCRIPT     (what run() starts)
 """
 import atexit
 import importlib
@@ -33,8 +33,8 @@ import tempfile
 import threading
 import traceback
 
-# Imported once, in the server: what the scripts import at their top and in
-# main() (the rest of Magnum comes with these).
+# Imported once, in the server (by default): what Magnum's client scripts
+# import at their top and in main() (the rest of Magnum comes with these).
 PRELOAD = ["magnum.common.context", "magnum.common.service", "magnum.common.rpc", "magnum.common.exception",
            "magnum.objects", "magnum.conductor.api", "oslo_messaging", "oslo_config.cfg"]
 
@@ -62,6 +62,9 @@ def _child(conn, req):
                 f.write(str(os.getpid()))
         except OSError:
             pass
+    null = os.open(os.devnull, os.O_RDONLY)  # not the server's standard input
+    os.dup2(null, 0)
+    os.close(null)
     for fd, path in ((1, req["out"]), (2, req["err"])):
         target = os.open(path, os.O_WRONLY | os.O_TRUNC)
         os.dup2(target, fd)
@@ -89,8 +92,12 @@ def _child(conn, req):
     return code
 
 
-def serve(path):
-    for name in PRELOAD:
+def serve(path, preload, script):
+    # What a module may read of sys.argv at import (cliff's App.NAME, the
+    # program name in `openstack --version`) is the script's, as in a
+    # process started to run it.
+    sys.argv = [script]
+    for name in preload:
         importlib.import_module(name)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped by the kernel
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -134,35 +141,40 @@ _servers = {}
 _lock = threading.Lock()
 
 
-def _socket_path(python):
+def _socket_path(python, preload, script):
+    """A server per interpreter, modules and script (what it imported is
+    what a process started to run that script would have imported)."""
+    key = (python, preload, script)
     with _lock:
-        server = _servers.get(python)
+        server = _servers.get(key)
         if server is None or server["proc"].poll() is not None:
             d = tempfile.mkdtemp(prefix="mc-client-pool-")
             path = os.path.join(d, "sock")
-            proc = subprocess.Popen([python, os.path.abspath(__file__), "serve", path],
+            proc = subprocess.Popen([python, os.path.abspath(__file__), "serve", path, ",".join(preload), script],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             line = proc.stdout.readline()
             if line.strip() != "ready":
-                raise RuntimeError(f"client_pool server ({python}) did not start (exit {proc.poll()})")
-            server = _servers[python] = dict(proc=proc, path=path)
+                proc.kill()
+                raise RuntimeError(f"client_pool server ({python} {script}) did not start: it said {line!r} "
+                                   f"(its standard error is the test process's)")
+            server = _servers[key] = dict(proc=proc, path=path)
             atexit.register(proc.stdin.close)
         return server["path"]
 
 
-def run(script, args, env=None, timeout=180, python=None):
-    """`python script *args` with `env` (default: this process's), as a
-    forked child of the preloading server of `python` (default: this
-    process's interpreter; another venv's, e.g. Magnum 22.0.0's, gets a
-    server of its own)."""
+def run(script, args, env=None, timeout=180, python=None, preload=PRELOAD, cwd=None):
+    """`python script *args` with `env` (default: this process's) in `cwd`
+    (default: this process's), as a forked child of the server of `python`
+    (default: this process's interpreter; another venv's, e.g. Magnum
+    22.0.0's, gets a server of its own) that imported `preload`."""
     import suite_timing
 
-    path = _socket_path(python or sys.executable)
+    path = _socket_path(python or sys.executable, tuple(preload), os.path.abspath(script))
     with tempfile.TemporaryDirectory(prefix="mc-client-") as d:
         out, err = os.path.join(d, "stdout"), os.path.join(d, "stderr")
         for p in (out, err):
             open(p, "w").close()
-        req = dict(script=os.path.abspath(script), args=list(args), out=out, err=err, cwd=os.getcwd(),
+        req = dict(script=os.path.abspath(script), args=list(args), out=out, err=err, cwd=cwd or os.getcwd(),
                    env=dict(os.environ if env is None else env), cgroup=suite_timing.cgroup())
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(timeout)
@@ -182,7 +194,7 @@ def run(script, args, env=None, timeout=180, python=None):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["serve"] and len(sys.argv) == 3:
-        serve(sys.argv[2])
+    if sys.argv[1:2] == ["serve"] and len(sys.argv) == 5:
+        serve(sys.argv[2], [m for m in sys.argv[3].split(",") if m], sys.argv[4])
     else:
         sys.exit(__doc__)

@@ -2,9 +2,11 @@
 kube-apiserver + kube-controller-manager v1.28.7, etcd, the CRDs of one CAPI
 line, from `scripts/fetch-artifacts.sh`), and the simulated CAPI controllers (`capi-sim`) running against one.
 
-- `control_plane(line)`: a fresh control plane for a test module (or test).
-  One per line is kept warm in the background, so a module seldom waits the
-  ~15 s a start takes. Stopped by `ControlPlane.stop()` and at exit.
+- `control_plane(line)`: a control plane for a test module (or test), fresh
+  or given back by an earlier module of this process and wiped to a fresh
+  one's state (`ControlPlane.stop()` gives it back; `destroy()` and the
+  process's exit stop it). With MC_K8S_REUSE=0, always a fresh one, and one
+  spare per line kept warm in the background.
 - `Kube`: the apiserver as the tests read and write it (admin client
   certificate), and `ControlPlane.restart_apiserver()`: the real way to cut
   every watch and make resumed ones answer 410 Gone.

@@ -191,7 +191,8 @@ def test_user_session(env):
     assert n["status"] == "CREATE_COMPLETE", n
     assert len(n["node_addresses"]) == 1 and n["labels"].get("tier") == "batch", n
     env.coe("nodegroup", "update", "demo", "extra", "--max-nodes", "3")
-    n, _ = env.poll(*extra, lambda n: n["max_node_count"] == 3 and not n["status"].endswith("_IN_PROGRESS"))
+    n, _ = env.poll(*extra, lambda n: n is not None and n["max_node_count"] == 3
+                    and not n["status"].endswith("_IN_PROGRESS"))
     assert (n["status"], n["max_node_count"]) == ("UPDATE_COMPLETE", 3), n
     env.coe("nodegroup", "delete", "demo", "extra")
 
