@@ -138,7 +138,7 @@ done
 # its tests; every test has its own vhost, database and ports; control
 # planes are reused between a process's modules, wiped: tests/python/k8s.py).
 # The tests that stop RabbitMQ run after them, alone.
-py_workers="${PY_WORKERS:-4}"
+py_workers="${PY_WORKERS:-3}"
 stage "python interop tests (Magnum 23.0.0 client), $py_workers processes"
 MAGNUM_CONDUCTOR_BIN="$bin_dir/magnum-conductor" \
   "$MAGNUM_VENV/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q --durations=10 tests/python \
