@@ -119,10 +119,9 @@ grep -a -q MAGNUM_CONDUCTOR_FAILPOINT target/debug/magnum-conductor
 bin_dir="$(mktemp -d)"
 find target/debug -maxdepth 1 -type f -perm -u+x -exec cp {} "$bin_dir/" \;
 # cargo test keeps about one core busy (its tests mostly wait on RabbitMQ,
-# MariaDB and apiservers): it runs beside the Python suite below, which is
-# given a copy of the binaries (cargo test may relink target/debug with its
-# dev-dependencies' features while the suite starts them). None of its
-# tests stops RabbitMQ; the Python tests that do run after it.
+# MariaDB and apiservers): it runs beside the Python suite below (on the
+# copy above). None of its tests stops RabbitMQ; the Python tests that do
+# run after it.
 stage "cargo test (unit + integration, real RabbitMQ): started in the background"
 cargo_test_log="$(mktemp)"
 MAGNUM_VENV="$MAGNUM_VENV" in_background "cargo test" cargo test --workspace --quiet --features conductor/failpoints \

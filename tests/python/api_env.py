@@ -346,18 +346,18 @@ class ApiEnv:
                 seen.append(s)
         while time.time() < deadline:
             status, view = self.rest(rest_path)
-            if status not in (200, 404):
+            if status in (200, 404):
+                view = view if status == 200 else None
+                note(view)
+                if not done(view):
+                    time.sleep(0.5)
+                    continue
+            else:
                 # Not an answer the API's view can be judged on: the CLI's
                 # is (any failure of it reads as gone, as the waits always
                 # read it). Logged with the CLI's calls.
                 with open(self.tmp / "openstack.log", "a") as f:
-                    f.write(f"# GET /v1{rest_path}: {status} {view}\n")
-            elif done(view if status == 200 else None):
-                pass
-            else:
-                note(view if status == 200 else None)
-                time.sleep(0.5)
-                continue
+                    f.write(f"# GET /v1{rest_path}: {status}\n")
             rc, shown, _ = self.openstack(*cli_args, "-f", "json", ok=False)
             shown = shown if rc == 0 else None
             note(shown)

@@ -167,6 +167,8 @@ def run(script, args, env=None, timeout=180, python=None, preload=PRELOAD, cwd=N
     (default: this process's), as a forked child of the server of `python`
     (default: this process's interpreter; another venv's, e.g. Magnum
     22.0.0's, gets a server of its own) that imported `preload`."""
+    # Here, not at the top: the servers run this file in venvs without
+    # pytest, which suite_timing imports when the suite measures itself.
     import suite_timing
 
     path = _socket_path(python or sys.executable, tuple(preload), os.path.abspath(script))

@@ -180,12 +180,7 @@ class ControlPlane:
             if not (ours or extra):
                 continue
             if finalizers:
-                try:
-                    self.kube.request("PATCH", path, {"metadata": {"finalizers": None}},
-                                      "application/merge-patch+json")
-                except AssertionError as e:
-                    if ": 404 " not in str(e):
-                        raise
+                self._unless_gone("PATCH", path, {"metadata": {"finalizers": None}}, "application/merge-patch+json")
             if extra:
                 self._delete(path)
         for n in self.kube.get("/api/v1/namespaces")["items"]:
@@ -196,15 +191,19 @@ class ControlPlane:
             if time.time() > deadline:
                 return False
             if problem.startswith("objects"):
-                # A namespaced object's finalizer set between the strip
-                # and the namespace's deletion: strip again.
+                # Something outside the namespaces came back (a process
+                # still writing): not reusable.
                 return False
             time.sleep(0.5)
         return True
 
     def _delete(self, path):
+        self._unless_gone("DELETE", path)
+
+    def _unless_gone(self, method, path, body=None, content_type="application/json"):
+        """The request, where an object already gone (404) is no error."""
         try:
-            self.kube.request("DELETE", path)
+            self.kube.request(method, path, body, content_type)
         except AssertionError as e:
             if ": 404 " not in str(e):
                 raise
