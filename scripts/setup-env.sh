@@ -5,7 +5,8 @@
 # kube-controller-manager and CRDs of scripts/fetch-artifacts.sh), cached
 # Python venvs with the real Magnum 23.0.0 (client, objects, migrations) and,
 # for the tests, everything else they judge with (Magnum 22, Keystone,
-# magnum-api, Neutron, Octavia, Cinder, tempest, ansible, Prometheus).
+# magnum-api, Neutron, Octavia, Cinder, tempest, ansible, Prometheus, the
+# Helm engine and the pinned charts of scripts/fetch-charts.sh).
 #
 #   scripts/setup-env.sh          everything (scripts/test-all.sh)
 #   scripts/setup-env.sh --demo   only what scripts/demo.sh runs
@@ -180,6 +181,13 @@ if [ "$(cat "$OS_VENV/.provider" 2>/dev/null)" != "$provider_sum" ]; then
   rm -rf "$tmp"
   echo "$provider_sum" > "$OS_VENV/.provider"
 fi
+# The real Helm engine (Helm v4's own code as a shared library; no helm
+# binary) that renders every HelmChartProxy from the pinned upstream charts
+# (tests/python/helm_charts.py, scripts/fetch-charts.sh), in a venv of its own.
+HELM_VENV="${HELM_VENV:-$HOME/.cache/magnum-conductor-rs/venv-helm-python-sdk-0.2.2}"
+make_venv "$HELM_VENV" "helm-python-sdk==0.2.2"
+charts_export="$("$(dirname "$0")/fetch-charts.sh" | tail -n 1)"  # a failure stops here
+eval "$charts_export"
 make_venv "$VENV22" "$PY22_REQS"
 make_venv "$KS_VENV" "$KS_REQS"
 make_venv "$API_VENV" "$API_REQS"
@@ -195,4 +203,4 @@ if [ ! -x /opt/stack/bin/kubectl ]; then
 fi
 install_driver "$API_VENV"
 install_driver "$API22_VENV"
-echo "export MAGNUM_VENV=$VENV MAGNUM22_VENV=$VENV22 KEYSTONE_VENV=$KS_VENV MAGNUM_API_VENV=$API_VENV MAGNUM22_API_VENV=$API22_VENV PROMETHEUS_DIR=$PROM_DIR ANSIBLE_VENV=$ANS_VENV ANSIBLE_LINT_VENV=$LINT_VENV TEMPEST_VENV=$TEMPEST_VENV OPENSTACK_VENV=$OS_VENV CINDER_VENV=$CINDER_VENV NOVA_GLANCE_VENV=$NOVA_GLANCE_VENV MANILA_VENV=$MANILA_VENV K8S_BIN_DIR=$K8S_BIN_DIR CAPI_CRDS_DIR=$CAPI_CRDS_DIR"
+echo "export MAGNUM_VENV=$VENV MAGNUM22_VENV=$VENV22 KEYSTONE_VENV=$KS_VENV MAGNUM_API_VENV=$API_VENV MAGNUM22_API_VENV=$API22_VENV PROMETHEUS_DIR=$PROM_DIR ANSIBLE_VENV=$ANS_VENV ANSIBLE_LINT_VENV=$LINT_VENV TEMPEST_VENV=$TEMPEST_VENV OPENSTACK_VENV=$OS_VENV CINDER_VENV=$CINDER_VENV NOVA_GLANCE_VENV=$NOVA_GLANCE_VENV MANILA_VENV=$MANILA_VENV HELM_VENV=$HELM_VENV HELM_CHARTS_DIR=$HELM_CHARTS_DIR K8S_BIN_DIR=$K8S_BIN_DIR CAPI_CRDS_DIR=$CAPI_CRDS_DIR"

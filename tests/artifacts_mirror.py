@@ -6,6 +6,7 @@ folders of both CAPI lines), served over HTTP on 127.0.0.1:
 
     kubernetes/release/v1.28.7/bin/linux/amd64/<binary>          (+ .sha256)
     github/<repository>/<tag>/<path>                             (artifacts.lock)
+    github/<repository>/<ref>/<path>                             (charts.lock: ../shared/charts)
 
 No machine of this team reaches dl.k8s.io or GitHub: the tests and CI's
 stand-alone run (.ci/run) fetch through this mirror what a user's machine
@@ -33,6 +34,12 @@ def lock():
         return [ln.split() for ln in f if ln.startswith("crd ")]
 
 
+def chart_files():
+    """The rows of scripts/charts.lock: (repository, ref, path)."""
+    with open(os.path.join(ROOT, "scripts", "charts.lock")) as f:
+        return [tuple(ln.split()[3:6]) for ln in f if ln.startswith("chart ")]
+
+
 def build(shared, root):
     """Lay `shared`'s files out in the upstream layout under `root`."""
     os.makedirs(os.path.join(root, K8S), exist_ok=True)
@@ -48,6 +55,10 @@ def build(shared, root):
         out = os.path.join(root, "github", repo, tag, path)
         os.makedirs(os.path.dirname(out), exist_ok=True)
         shutil.copy(os.path.join(shared, "crds", folder, os.path.basename(path)), out)
+    for repo, ref, path in chart_files():
+        out = os.path.join(root, "github", repo, ref, path)
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        shutil.copy(os.path.join(shared, "charts", "github", repo, ref, path), out)
 
 
 def serve(root):

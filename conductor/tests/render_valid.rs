@@ -709,6 +709,20 @@ async fn the_check_catches_mistakes() {
     }
 }
 
+/// The documents a ClusterResourceSet's Secret holder applies.
+fn resource_set_docs(holder: &Value) -> Vec<Value> {
+    let secret: k8s_openapi::api::core::v1::Secret =
+        serde_json::from_value(holder.clone()).unwrap();
+    let data = secret.data.unwrap();
+    assert_eq!(data.len(), 1);
+    let (_, bytes) = data.into_iter().next().unwrap();
+    String::from_utf8(bytes.0)
+        .unwrap()
+        .split("\n---\n")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
 #[tokio::test]
 async fn addons_are_strict_valid_and_configurable() {
     use conductor::capi::addons::{self, AddonCharts, CloudConfig};
@@ -745,12 +759,35 @@ async fn addons_are_strict_valid_and_configurable() {
                 .unwrap()
                 .contains("registry: registry.local:5000/mirror")
         );
-        assert!(
-            calico[1]["spec"]["valuesTemplate"]
-                .as_str()
-                .unwrap()
-                .contains("application-credential-id=ac-id")
-        );
+        // The credential is in no HelmChartProxy: the charts mount Secrets
+        // of ours (`secret.create: false`), which a ClusterResourceSet
+        // (Reconcile: a rotation reaches them) applies in kube-system.
+        for o in calico.iter().filter(|o| o["kind"] == "HelmChartProxy") {
+            let v = o["spec"]["valuesTemplate"].as_str().unwrap();
+            assert!(!v.contains("ac-SECRET") && !v.contains("ac-id"), "{v}");
+        }
+        let n = calico.len();
+        let (holder, crs) = (&calico[n - 2], &calico[n - 1]);
+        assert_eq!(holder["type"], "addons.cluster.x-k8s.io/resource-set");
+        assert_eq!(crs["spec"]["strategy"], "Reconcile");
+        let secrets = resource_set_docs(holder);
+        let names: Vec<&str> = secrets
+            .iter()
+            .map(|d| d["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, [addons::OCCM_SECRET, addons::CSI_SECRET]);
+        for d in &secrets {
+            assert_eq!(d["metadata"]["namespace"], "kube-system");
+            let conf = d["stringData"]["cloud.conf"].as_str().unwrap();
+            assert!(
+                conf.contains("application-credential-id=ac-id\n")
+                    && conf.contains("application-credential-secret=ac-SECRET\n")
+                    && conf.contains("region=RegionOne\n")
+                    && !conf.contains("ca-file"),
+                "{conf}"
+            );
+            assert!(d["stringData"].get("ca.crt").is_none());
+        }
         // The cluster's identity in OpenStack: OCCM's cluster.name and
         // Cinder CSI's clusterID, read back as the clean-up reads it.
         let occm = calico[1]["spec"]["valuesTemplate"].as_str().unwrap();
@@ -832,6 +869,33 @@ async fn addons_are_strict_valid_and_configurable() {
                 .unwrap()
                 .contains("hubble:\n  enabled: true\n  relay:\n    enabled: true\n  ui:\n    enabled: true\n")
         );
+        // A private CA: `ca.crt` beside each cloud.conf, which names it at
+        // the path its chart mounts the Secret; the pods' annotation
+        // changes with it (they restart on a new CA or credential).
+        let n = more.len();
+        let secrets = resource_set_docs(&more[n - 2]);
+        for (d, mount) in secrets.iter().zip([addons::OCCM_MOUNT, addons::CSI_MOUNT]) {
+            let conf = d["stringData"]["cloud.conf"].as_str().unwrap();
+            assert!(
+                conf.contains(&format!("ca-file={mount}/ca.crt\n")),
+                "{conf}"
+            );
+            assert_eq!(
+                d["stringData"]["ca.crt"],
+                private_ca.ca_file_content.as_deref().unwrap()
+            );
+        }
+        let annotation = |objs: &[Value], i: usize| {
+            let v = objs[i]["spec"]["valuesTemplate"].as_str().unwrap();
+            let line = v
+                .lines()
+                .find(|l| l.trim_start().starts_with(addons::CONFIG_ANNOTATION))
+                .unwrap_or_else(|| panic!("{v}"));
+            line.to_string()
+        };
+        let plain = addons::render(&with, "cilium", &charts, &cloud, &with.cluster_uuid);
+        assert_ne!(annotation(&more, 1), annotation(&plain, 1));
+        assert_ne!(annotation(&more, 2), annotation(&plain, 2));
         assert_eq!(more[3]["spec"]["chartName"], "ingress-nginx");
         assert_eq!(more[3]["spec"]["namespace"], "ingress-nginx");
         assert_eq!(more[6]["spec"]["chartName"], "kube-prometheus-stack");

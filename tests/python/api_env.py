@@ -201,8 +201,10 @@ def stop_shared_cloud(shared):
 
 class ApiEnv:
     def __init__(self, tmp, release="23", mode="console", line="v1beta2", workload_apiservers=False,
-                 api_conf_extra="", shared=None, workload_netns=False, cloud_cleanup=False):
-        """`shared`: a `shared_cloud` to use (else one of its own); `workload_netns`:
+                 api_conf_extra="", shared=None, workload_netns=False, cloud_cleanup=False,
+                 conductor_capi_extra=""):
+        """`shared`: a `shared_cloud` to use (else one of its own);
+        `conductor_capi_extra`: more options of our conductor's `[capi]`; `workload_netns`:
         capi-sim runs the apiservers of clusters without an API floating IP
         inside their tenant networks' namespaces (root)."""
         self.tmp, self.release, self.mode = tmp, release, mode
@@ -213,6 +215,7 @@ class ApiEnv:
         self.shared = shared or shared_cloud(tmp)
         self.own_cloud = shared is None
         try:
+            self.conductor_capi_extra = conductor_capi_extra
             self._start(tmp, release, line, workload_apiservers, api_conf_extra, workload_netns, cloud_cleanup)
         except BaseException:
             # Leave nothing behind, above all not this magnum-api's endpoint in
@@ -259,7 +262,7 @@ class ApiEnv:
                           # No Octavia or Cinder in this cloud: nothing of OCCM's
                           # or Cinder CSI's to clean up, unless a test asks
                           # (server groups in Nova).
-                          f"cloud_cleanup = {'true' if cloud_cleanup else 'false'}\n"
+                          f"cloud_cleanup = {'true' if cloud_cleanup else 'false'}\n{self.conductor_capi_extra}"
                           f"[keystone_auth]\n{auth}"))
         self.conductor = Conductor(self.conductor_conf, self.metrics_port, str(tmp / "conductor.log"))
         self.api = self.start_api()

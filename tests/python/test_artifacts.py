@@ -199,3 +199,47 @@ def test_nothing_but_the_fetch_reads_the_teams_copy():
         if b"../shared" in data or b"shared-k8s" in data:
             readers.append(path)
     assert readers == []
+
+
+CHARTS_SCRIPT = os.path.join(ROOT, "scripts", "fetch-charts.sh")
+
+
+def fetch_charts(tmp_path, url):
+    env = clean_env(tmp_path, url)
+    env.pop("HELM_CHARTS_DIR", None)
+    return subprocess.run(["bash", CHARTS_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_the_pinned_charts_come_verified_from_the_mirror_and_a_corrupt_one_stops_naming_it(mirror, tmp_path):
+    """scripts/fetch-charts.sh (issue 47): every file of scripts/charts.lock
+    fetched from github/<repository>/<ref>/<path> and verified; a second run
+    fetches nothing; a file whose bytes differ from the lock's stops the
+    fetch, naming the chart, the file, where it came from and both
+    checksums, and leaves nothing of it in the cache."""
+    root, url = mirror
+    rows = [ln.split() for ln in open(os.path.join(ROOT, "scripts", "charts.lock")) if ln.startswith("chart ")]
+    assert {r[1] for r in rows} >= {"openstack-cloud-controller-manager", "openstack-cinder-csi", "tigera-operator",
+                                    "cilium", "kube-prometheus-stack", "grafana", "common"}
+    out = fetch_charts(tmp_path / "good", url)
+    assert out.returncode == 0, out.stderr
+    charts = out.stdout.strip().splitlines()[-1].removeprefix("export HELM_CHARTS_DIR=")
+    assert charts.startswith(str(tmp_path))
+    for _, name, _, repo, ref, path, want in rows:
+        assert sha256(os.path.join(charts, "github", repo, ref, path)) == want, (name, path)
+    again = fetch_charts(tmp_path / "good", url)
+    assert again.returncode == 0 and "fetching" not in again.stderr, again.stderr
+
+    _, name, version, repo, ref, path, want = next(r for r in rows if r[1] == "openstack-cinder-csi"
+                                                   and r[5].endswith("templates/secret.yaml"))
+    f = root / "github" / repo / ref / path
+    good = f.read_bytes()
+    bad = good.replace(b"secret", b"secrets", 1)
+    try:
+        f.write_bytes(bad)
+        out = fetch_charts(tmp_path / "bad", url)
+    finally:
+        f.write_bytes(good)
+    assert out.returncode != 0
+    assert (f"{name} {version} {path} from {url}/github/{repo}/{ref}/{path}: checksum mismatch: expected {want}, "
+            f"got {hashlib.sha256(bad).hexdigest()}") in out.stderr, out.stderr
+    assert not os.path.exists(tmp_path / "bad" / "cache" / "charts" / "github" / repo / ref / path)

@@ -18,16 +18,24 @@ StorageClasses are one per share type the real Manila API (23.0.0) shows the
 cluster's credential, and the delete deletes the cluster's Manila shares (by
 Manila CSI's metadata) and no other, each share's snapshots first (Manila
 refuses a share that has one), a kept share's snapshots kept with it;
-OCCM's values carry the load balancer labels. Deleting the cluster leaves
+every HelmChartProxy renders with the real Helm engine from its upstream
+chart (tests/python/helm_charts.py), reads every value key the conductor
+writes, and pulls every image from `container_infra_prefix`; OCCM's and
+Cinder CSI's pods mount Secrets that CAPI's ClusterResourceSet put in the
+workload cluster, whose cloud.conf holds the cluster's credential, region,
+load balancer labels and the private CA at the path it names. Deleting the cluster leaves
 no server group of it in Nova (the clean-up deletes them), and nothing of
 it in the management cluster."""
 import base64
+import configparser
 import json
 import os
+import subprocess
 import time
 
 import pytest
 
+import helm_charts
 from api_env import MANILA_SHARE_TYPES, ApiEnv, shared_cloud, stop_shared_cloud
 from test_api_proxy import apiserver_flags
 from test_lifecycle_keystone import call, password_token
@@ -105,11 +113,86 @@ def cloud(tmp_path_factory):
 # minutes of the CI's budget per line).
 @pytest.fixture(scope="module", params=["v1beta2"])
 def env(request, tmp_path_factory, cloud):
-    e = ApiEnv(tmp_path_factory.mktemp(f"labels-{request.param}"), "23", "console", request.param,
-               workload_apiservers=True, shared=cloud, cloud_cleanup=True)
+    tmp = tmp_path_factory.mktemp(f"labels-{request.param}")
+    # A private CA (`[capi] ca_file`): what each cloud.conf names must be
+    # where its pod finds it. The test cloud is plain HTTP: only its path
+    # and content are judged.
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=test private CA", "-keyout", str(tmp / "ca.key"), "-out", str(tmp / "ca.pem")],
+                   check=True, capture_output=True)
+    e = ApiEnv(tmp, "23", "console", request.param,
+               workload_apiservers=True, shared=cloud, cloud_cleanup=True,
+               conductor_capi_extra=f"ca_file = {tmp / 'ca.pem'}\nregion_name = RegionOne\n")
+    e.ca_pem = (tmp / "ca.pem").read_text()
     e.line = request.param
     yield e
     assert e.close() == 0, "the conductor did not stop cleanly"
+
+
+def addons_rendered_by_their_charts(env, hcps, uuid, ns, name):
+    """Every addon as its chart renders it, and what OCCM's and Cinder
+    CSI's pods would read (issue 47)."""
+    rendered = {rel: helm_charts.render(h) for rel, h in hcps.items()}
+    for rel, h in hcps.items():
+        assert helm_charts.unread_keys(h) == [], (rel, "value keys its chart never reads")
+    prefix = LABELS["container_infra_prefix"].rstrip("/") + "/"
+    outside = {rel: sorted({i for i in helm_charts.images(objs) if not i.startswith(prefix)})
+               for rel, objs in rendered.items()}
+    assert not any(outside.values()), outside
+    assert all(helm_charts.images(objs) for objs in rendered.values()), "an addon with no image"
+
+    # The pods: which Secret each mounts where, which file it reads, the
+    # cluster's identity in args and env.
+    occm = helm_charts.pod_reads(rendered["openstack-ccm"], "DaemonSet", "openstack-cloud-controller-manager")
+    occm = occm["openstack-cloud-controller-manager"]
+    assert "--cloud-config=$(CLOUD_CONFIG)" in occm["args"] and "--cluster-name=$(CLUSTER_NAME)" in occm["args"]
+    assert occm["env"] == {"CLOUD_CONFIG": "/etc/config/cloud.conf", "CLUSTER_NAME": uuid}, occm["env"]
+    reads = [("openstack-ccm", "magnum-occm-cloud-config", "/etc/config", occm)]
+    for kind, part in (("Deployment", "controllerplugin"), ("DaemonSet", "nodeplugin")):
+        csi = helm_charts.pod_reads(rendered["cinder-csi"], kind, part)["cinder-csi-plugin"]
+        assert "--cloud-config=$(CLOUD_CONFIG)" in csi["args"], csi["args"]
+        assert csi["env"]["CLOUD_CONFIG"] == "/etc/kubernetes/cloud.conf", csi["env"]
+        if kind == "Deployment":
+            assert "--cluster=$(CLUSTER_NAME)" in csi["args"] and csi["env"]["CLUSTER_NAME"] == uuid, csi
+        reads.append(("cinder-csi", "magnum-cinder-csi-cloud-config", "/etc/kubernetes", csi))
+
+    # The Secrets, as CAPI's ClusterResourceSet put them in the workload
+    # cluster (capi-sim: tests/capi-sim/src/resource_sets.rs).
+    creds = env.sim.get(f"/api/v1/namespaces/{ns}/secrets/{name}-cloud-credentials")
+    clouds = base64.b64decode(creds["data"]["clouds.yaml"]).decode()
+    cred_id = next(ln.split(":", 1)[1].strip() for ln in clouds.splitlines()
+                   if "application_credential_id" in ln)
+    key = f"{ns}/{name}"
+    deadline = time.time() + 120
+    while (kc := env.sim.get("/_sim/workload-apiservers")["kubeconfigs"].get(key)) is None:
+        assert time.time() < deadline, f"no workload apiserver for {key}"
+        time.sleep(0.2)
+    for rel, secret_name, mount, pod in reads:
+        vol = pod["mounts"][mount]
+        assert vol.get("secret", {}).get("secretName") == secret_name, (rel, vol)
+        while True:
+            out = subprocess.run(["kubectl", "--kubeconfig", kc, "-n", "kube-system", "get", "secret", secret_name,
+                                  "-o", "json"], capture_output=True, text=True, timeout=60)
+            if out.returncode == 0:
+                break
+            assert time.time() < deadline, (rel, out.stderr)
+            time.sleep(0.5)
+        files = {k: base64.b64decode(v).decode() for k, v in json.loads(out.stdout)["data"].items()}
+        conf_path = pod["env"]["CLOUD_CONFIG"]
+        assert conf_path.startswith(mount + "/"), (rel, conf_path)
+        conf = configparser.ConfigParser()
+        conf.read_string(files[conf_path[len(mount) + 1:]])
+        g = conf["Global"]
+        assert g["application-credential-id"] == cred_id and g["application-credential-secret"], rel
+        assert g["auth-url"].startswith(env.ks["url"]) and g["region"] == "RegionOne", dict(g)
+        ca = g["ca-file"]
+        assert ca.startswith(mount + "/") and files[ca[len(mount) + 1:]] == env.ca_pem, (rel, ca, list(files))
+        # The load balancers OCCM makes: the algorithm and no monitors.
+        assert conf["LoadBalancer"]["lb-method"] == "LEAST_CONNECTIONS", dict(conf["LoadBalancer"])
+        assert conf["LoadBalancer"]["create-monitor"] == "false", dict(conf["LoadBalancer"])
+    # The credential is in no HelmChartProxy.
+    for rel, h in hcps.items():
+        assert cred_id not in h["spec"]["valuesTemplate"], rel
 
 
 def args_of(v):
@@ -298,10 +381,7 @@ def test_every_implemented_label_at_once(env):
     assert hcps["monitoring"]["spec"]["chartName"] == "kube-prometheus-stack"
     releases = env.sim.items("addons.cluster.x-k8s.io/v1alpha1", "helmreleaseproxies", sel, ns=ns)
     assert {r["spec"]["releaseName"] for r in releases} == set(hcps), releases
-    # OCCM's load balancers: the algorithm and no monitors.
-    occm = hcps["openstack-ccm"]
-    values = occm["spec"]["valuesTemplate"]
-    assert "lb-method=LEAST_CONNECTIONS" in values and "create-monitor=false" in values, values
+    addons_rendered_by_their_charts(env, hcps, uuid, ns, name)
 
     # Shares as Manila CSI makes them for this cluster's claims (its
     # `clusterID` in their metadata), and one of another cluster's, made by

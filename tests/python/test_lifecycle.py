@@ -140,7 +140,8 @@ class Env:
             if ok:
                 return got, seen
             time.sleep(0.5)
-        raise AssertionError(f"timed out; statuses seen: {seen}; see {self.conductor.log.name}")
+        raise AssertionError(f"timed out; statuses seen: {seen}; the end of {self.conductor.log.name}:\n"
+                             + log_tail(self.conductor.log.name, 80))
 
     def close(self):
         if self.getter is not None and self.getter.poll() is None:

@@ -92,13 +92,18 @@ impl DbError {
     /// The database could not be reached or could not serve the request now
     /// (connection refused or lost, pool exhausted, server going away, too
     /// many connections, deadlocks left after retrying, read-only while a
-    /// Galera node resyncs): trying again later may succeed. Data, schema and
-    /// Magnum errors are not transient.
+    /// Galera node resyncs): trying again later may succeed. A protocol
+    /// error is a connection whose byte stream broke off mid-packet (cut
+    /// during a reply: the next packet is out of sequence or short), as
+    /// PyMySQL's "Packet sequence number wrong" is an OperationalError to
+    /// oslo.db; the pool drops that connection. Data, schema and Magnum
+    /// errors are not transient.
     pub fn is_transient(&self) -> bool {
         match self {
             DbError::Connect { .. } => true,
             DbError::Sql(
                 sqlx::Error::Io(_)
+                | sqlx::Error::Protocol(_)
                 | sqlx::Error::PoolTimedOut
                 | sqlx::Error::PoolClosed
                 | sqlx::Error::WorkerCrashed
@@ -301,6 +306,9 @@ mod tests {
                 std::io::ErrorKind::ConnectionReset
             )))
             .is_transient()
+        );
+        assert!(
+            DbError::Sql(sqlx::Error::Protocol("expected sequence 1, got 0".into())).is_transient()
         );
         assert!(!DbError::Schema("x".into()).is_transient());
         assert!(!DbError::magnum("ClusterNotFound", &[]).is_transient());

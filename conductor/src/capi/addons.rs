@@ -6,8 +6,9 @@
 //! Cilium's Hubble); chart repositories and versions configurable
 //! (air-gapped mirrors); the k8s-keystone-auth webhook through a
 //! ClusterResourceSet (`super::keystone_auth`: no upstream chart). The
-//! cloud-config the OpenStack charts need reaches the workload cluster
-//! through their values (the charts create the `cloud-config` Secret).
+//! cloud config OCCM and Cinder CSI mount reaches the workload cluster as
+//! Secrets of ours through a ClusterResourceSet ([`cloud_config_set`]);
+//! their charts only name them.
 
 use serde_json::{Value, json};
 
@@ -181,6 +182,10 @@ pub fn render(
         .map(|p| p.trim_end_matches('/').to_string());
     let registry = |default: &str| prefix.clone().unwrap_or_else(|| default.to_string());
     let addons = &c.labels.infra.addons;
+    // Every other image of a chart, under `container_infra_prefix` too: the
+    // chart's key for it and its upstream repository (each chart's
+    // values.yaml at the pinned version), the registry host replaced.
+    let mirrored = |keys: &[(&str, &str)]| mirrored(prefix.as_deref(), keys);
     let cni = if network_driver == "cilium" {
         let mut values = format!(
             "ipam:\n  operator:\n    clusterPoolIPv4PodCIDRList: [\"{}\"]\nimage:\n  repository: {}/cilium/cilium\n",
@@ -189,48 +194,102 @@ pub fn render(
         );
         // `cilium_hubble_ui_enabled`: the chart's `hubble.relay.enabled`
         // and `hubble.ui.enabled` (cilium `install/kubernetes/cilium/values.yaml`).
+        let mut tree: Vec<(String, String)> = Vec::new();
         if addons.hubble_ui {
-            values.push_str(
-                "hubble:\n  enabled: true\n  relay:\n    enabled: true\n  ui:\n    enabled: true\n",
-            );
+            for k in [
+                "hubble.enabled",
+                "hubble.relay.enabled",
+                "hubble.ui.enabled",
+            ] {
+                tree.push((k.into(), "true".into()));
+            }
         }
+        tree.extend(mirrored(&[
+            ("certgen.image.repository", "quay.io/cilium/certgen"),
+            (
+                "hubble.relay.image.repository",
+                "quay.io/cilium/hubble-relay",
+            ),
+            (
+                "hubble.ui.backend.image.repository",
+                "quay.io/cilium/hubble-ui-backend",
+            ),
+            (
+                "hubble.ui.frontend.image.repository",
+                "quay.io/cilium/hubble-ui",
+            ),
+            ("envoy.image.repository", "quay.io/cilium/cilium-envoy"),
+            ("operator.image.repository", "quay.io/cilium/operator"),
+            ("nodeinit.image.repository", "quay.io/cilium/startup-script"),
+            ("preflight.image.repository", "quay.io/cilium/cilium"),
+            (
+                "clustermesh.apiserver.image.repository",
+                "quay.io/cilium/clustermesh-apiserver",
+            ),
+            (
+                "authentication.mutual.spire.install.initImage.repository",
+                "docker.io/library/busybox",
+            ),
+        ]));
+        values.push_str(&yaml_tree(&tree));
         hcp(c, "cni-cilium", &charts.cilium, "kube-system", values)
     } else {
-        let values = format!(
+        let mut values = format!(
             "installation:\n  registry: {}\n  calicoNetwork:\n    ipPools:\n    - cidr: {}\n      encapsulation: IPIP\n",
             registry("quay.io"),
             c.labels.pod_cidr
         );
+        // The operator's own image (`tigeraOperator.registry`); the
+        // Installation's `registry` covers what the operator starts.
+        if let Some(p) = &prefix {
+            values.push_str(&yaml_tree(&[("tigeraOperator.registry".into(), quoted(p))]));
+        }
         hcp(c, "cni-calico", &charts.calico, "tigera-operator", values)
     };
-    let mut conf = format!(
-        "[Global]\nauth-url={}\napplication-credential-id={}\napplication-credential-secret={}\n",
-        cloud.auth_url,
-        cloud.application_credential_id,
-        cloud.application_credential_secret.expose()
+    let mut occm_values = format!(
+        "secret:\n  enabled: true\n  create: false\n  name: {OCCM_SECRET}\ncommonAnnotations:\n  {CONFIG_ANNOTATION}: {}\ncluster:\n  name: {identity}\nnodeSelector:\n  node-role.kubernetes.io/control-plane: \"\"\n",
+        config_digest(&cloud_conf(c, cloud, OCCM_MOUNT), cloud),
+        identity = serde_json::to_string(identity).unwrap_or_default(),
     );
-    if let Some(r) = &cloud.region {
-        conf.push_str(&format!("region={r}\n"));
-    }
-    if cloud.ca_file_content.is_some() {
-        conf.push_str("ca-file=/etc/config/ca.crt\n");
-    }
-    // The load balancers OCCM makes for Services: `octavia_lb_algorithm`
-    // and `octavia_lb_healthcheck` (cloud-provider-openstack
-    // `docs/openstack-cloud-controller-manager/using-openstack-cloud-controller-manager.md`,
-    // `[LoadBalancer]` `lb-method`, `create-monitor`).
-    conf.push_str(&format!(
-        "\n[LoadBalancer]\nlb-provider={}\nlb-method={}\ncreate-monitor={}\n",
-        c.labels.octavia_provider, c.labels.infra.lb_method, c.labels.infra.lb_healthcheck
-    ));
-    let indented: String = conf.lines().map(|l| format!("    {l}\n")).collect();
-    let identity = serde_json::to_string(identity).unwrap_or_default();
-    let occm_values = format!(
-        "cloudConfigContents: |\n{indented}cluster:\n  name: {identity}\nnodeSelector:\n  node-role.kubernetes.io/control-plane: \"\"\n"
+    occm_values.push_str(&yaml_tree(&mirrored(&[(
+        "image.repository",
+        "registry.k8s.io/provider-os/openstack-cloud-controller-manager",
+    )])));
+    let mut csi_values = format!(
+        "secret:\n  enabled: true\n  create: false\n  name: {CSI_SECRET}\ncommonAnnotations:\n  {CONFIG_ANNOTATION}: {}\nstorageClass:\n  enabled: true\nclusterID: {identity}\n",
+        config_digest(&cloud_conf(c, cloud, CSI_MOUNT), cloud),
+        identity = serde_json::to_string(identity).unwrap_or_default(),
     );
-    let csi_values = format!(
-        "secret:\n  enabled: true\n  create: true\n  name: cinder-csi-cloud-config\nstorageClass:\n  enabled: true\nclusterID: {identity}\ncloudConfigContents: |\n{indented}"
-    );
+    csi_values.push_str(&yaml_tree(&mirrored(&[
+        (
+            "csi.attacher.image.repository",
+            "registry.k8s.io/sig-storage/csi-attacher",
+        ),
+        (
+            "csi.provisioner.image.repository",
+            "registry.k8s.io/sig-storage/csi-provisioner",
+        ),
+        (
+            "csi.snapshotter.image.repository",
+            "registry.k8s.io/sig-storage/csi-snapshotter",
+        ),
+        (
+            "csi.resizer.image.repository",
+            "registry.k8s.io/sig-storage/csi-resizer",
+        ),
+        (
+            "csi.livenessprobe.image.repository",
+            "registry.k8s.io/sig-storage/livenessprobe",
+        ),
+        (
+            "csi.nodeDriverRegistrar.image.repository",
+            "registry.k8s.io/sig-storage/csi-node-driver-registrar",
+        ),
+        (
+            "csi.plugin.image.repository",
+            "registry.k8s.io/provider-os/cinder-csi-plugin",
+        ),
+    ])));
     let mut out = vec![
         cni,
         hcp(c, "openstack-ccm", &charts.occm, "kube-system", occm_values),
@@ -263,10 +322,19 @@ pub fn render(
     // The controller's Service of type LoadBalancer is OCCM's (an Octavia
     // load balancer, deleted by the clean-up with the cluster).
     if addons.ingress_nginx {
-        let mut values = "controller:\n  service:\n    type: LoadBalancer\n".to_string();
+        let mut tree = vec![(
+            "controller.service.type".to_string(),
+            "LoadBalancer".to_string(),
+        )];
         if let Some(p) = &prefix {
-            values.push_str(&format!("  image:\n    registry: {p}\n"));
+            tree.push(("controller.image.registry".into(), quoted(p)));
+            // The admission webhook's certificate job.
+            tree.push((
+                "controller.admissionWebhooks.patch.image.registry".into(),
+                quoted(p),
+            ));
         }
+        let values = yaml_tree(&tree);
         out.push(hcp(
             c,
             "ingress-nginx",
@@ -301,7 +369,169 @@ pub fn render(
             values,
         ));
     }
+    // Last: the Secrets OCCM's and Cinder CSI's pods wait for.
+    out.extend(cloud_config_set(c, cloud));
     out
+}
+
+/// `upstream` (`registry/path/name`) from the mirror `prefix` instead:
+/// `prefix/path/name` (pure).
+pub fn under_prefix(prefix: &str, upstream: &str) -> String {
+    let path = upstream.split_once('/').map_or(upstream, |(_, p)| p);
+    format!("{}/{path}", prefix.trim_end_matches('/'))
+}
+
+/// The values that take each image of a chart from the mirror (pure): for
+/// each (chart key, upstream repository), the key and the repository under
+/// `prefix` as a YAML scalar; nothing without a prefix.
+pub fn mirrored(prefix: Option<&str>, keys: &[(&str, &str)]) -> Vec<(String, String)> {
+    let Some(p) = prefix else {
+        return Vec::new();
+    };
+    keys.iter()
+        .map(|(k, upstream)| ((*k).to_string(), quoted(&under_prefix(p, upstream))))
+        .collect()
+}
+
+/// A string as a YAML scalar (JSON's quoting is YAML's double-quoted form).
+pub fn quoted(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
+}
+
+/// `a.b.c` key paths and their YAML scalars as a block mapping (pure):
+/// paths sharing a prefix share its keys, in the order first given.
+pub fn yaml_tree(pairs: &[(String, String)]) -> String {
+    #[derive(Default)]
+    struct Node {
+        keys: Vec<(String, Node)>,
+        leaf: Option<String>,
+    }
+    fn insert(node: &mut Node, path: &[&str], value: &str) {
+        let Some((first, rest)) = path.split_first() else {
+            node.leaf = Some(value.to_string());
+            return;
+        };
+        let i = match node.keys.iter().position(|(k, _)| k == first) {
+            Some(i) => i,
+            None => {
+                node.keys.push(((*first).to_string(), Node::default()));
+                node.keys.len() - 1
+            }
+        };
+        insert(&mut node.keys[i].1, rest, value);
+    }
+    fn emit(node: &Node, depth: usize, out: &mut String) {
+        for (k, child) in &node.keys {
+            out.push_str(&"  ".repeat(depth));
+            out.push_str(k);
+            out.push(':');
+            match &child.leaf {
+                Some(v) => {
+                    out.push(' ');
+                    out.push_str(v);
+                    out.push('\n');
+                }
+                None => {
+                    out.push('\n');
+                    emit(child, depth + 1, out);
+                }
+            }
+        }
+    }
+    let mut root = Node::default();
+    for (path, value) in pairs {
+        insert(&mut root, &path.split('.').collect::<Vec<_>>(), value);
+    }
+    let mut out = String::new();
+    emit(&root, 0, &mut out);
+    out
+}
+
+/// The Secret OCCM mounts (the chart's `secret.name`, `secret.create:
+/// false`), and where: kubernetes/cloud-provider-openstack
+/// `charts/openstack-cloud-controller-manager/templates/daemonset.yaml`
+/// mounts it at `/etc/config` and runs with
+/// `--cloud-config=/etc/config/cloud.conf`. Not the chart's default name
+/// (`cloud-config`): a release made by an earlier conductor owns that one,
+/// and Helm deletes it when the release upgrades to `create: false`.
+pub const OCCM_SECRET: &str = "magnum-occm-cloud-config";
+pub const OCCM_MOUNT: &str = "/etc/config";
+/// The Secret Cinder CSI's controller and node plugins mount, and where:
+/// `charts/cinder-csi-plugin/values.yaml` (`csi.plugin.volumeMounts`:
+/// `cloud-config` at `/etc/kubernetes`) with `CLOUD_CONFIG=/etc/kubernetes/
+/// <secret.filename>` (`templates/controllerplugin-deployment.yaml`,
+/// `nodeplugin-daemonset.yaml`). The chart's own Secret template writes
+/// only `.Values.secret.data`, never `cloudConfigContents`.
+pub const CSI_SECRET: &str = "magnum-cinder-csi-cloud-config";
+pub const CSI_MOUNT: &str = "/etc/kubernetes";
+/// The pod annotation (both charts' `commonAnnotations` reach their pod
+/// templates) carrying a digest of the cloud config: a rotated credential
+/// or a new CA changes it, so the pods restart with what the Secret now
+/// holds (OCCM and Cinder CSI read their cloud.conf once, at start).
+pub const CONFIG_ANNOTATION: &str = "magnum.openstack.org/cloud-config-sha256";
+
+/// The cloud.conf of a plugin whose Secret is mounted at `mount`: the
+/// cluster's application credential and region, the private CA as the
+/// file `ca.crt` of the same Secret, and the load balancers OCCM makes for
+/// Services: `octavia_lb_algorithm` and `octavia_lb_healthcheck`
+/// (cloud-provider-openstack
+/// `docs/openstack-cloud-controller-manager/using-openstack-cloud-controller-manager.md`,
+/// `[LoadBalancer]` `lb-method`, `create-monitor`).
+pub fn cloud_conf(c: &ClusterInput, cloud: &CloudConfig, mount: &str) -> String {
+    let mut conf = format!(
+        "[Global]\nauth-url={}\napplication-credential-id={}\napplication-credential-secret={}\n",
+        cloud.auth_url,
+        cloud.application_credential_id,
+        cloud.application_credential_secret.expose()
+    );
+    if let Some(r) = &cloud.region {
+        conf.push_str(&format!("region={r}\n"));
+    }
+    if cloud.ca_file_content.is_some() {
+        conf.push_str(&format!("ca-file={mount}/ca.crt\n"));
+    }
+    conf.push_str(&format!(
+        "\n[LoadBalancer]\nlb-provider={}\nlb-method={}\ncreate-monitor={}\n",
+        c.labels.octavia_provider, c.labels.infra.lb_method, c.labels.infra.lb_healthcheck
+    ));
+    conf
+}
+
+/// A digest of what a plugin's Secret holds (its cloud.conf and the CA).
+fn config_digest(conf: &str, cloud: &CloudConfig) -> String {
+    let mut all = conf.as_bytes().to_vec();
+    all.push(0);
+    all.extend_from_slice(cloud.ca_file_content.as_deref().unwrap_or("").as_bytes());
+    common::certs::der::sha256_hex(&all)
+}
+
+/// The Secrets OCCM and Cinder CSI mount, in `kube-system` of the workload
+/// cluster, through a ClusterResourceSet (`Reconcile`: a rotated
+/// credential reaches the cluster), whose holder is a Secret: the
+/// credential never sits in a HelmChartProxy's values, nor in a Helm
+/// release. Each holds `cloud.conf` and, with a private CA, `ca.crt` at
+/// the path its cloud.conf names.
+pub fn cloud_config_set(c: &ClusterInput, cloud: &CloudConfig) -> [Value; 2] {
+    let secret = |name: &str, mount: &str| {
+        let mut data = serde_json::Map::new();
+        data.insert("cloud.conf".into(), json!(cloud_conf(c, cloud, mount)));
+        if let Some(ca) = &cloud.ca_file_content {
+            data.insert("ca.crt".into(), json!(ca));
+        }
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+               "metadata": {"name": name, "namespace": "kube-system"},
+               "stringData": data})
+    };
+    resource_set(
+        c,
+        "cloud-provider-config",
+        &[
+            secret(OCCM_SECRET, OCCM_MOUNT),
+            secret(CSI_SECRET, CSI_MOUNT),
+        ],
+        true,
+        "Reconcile",
+    )
 }
 
 /// A ClusterResourceSet `<stack_id>-<part>` applying `docs` to the
@@ -393,4 +623,47 @@ pub fn credentials_secret(
         "data": data,
     });
     common::certs::capi::RenderedSecret { name, manifest }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_paths_become_one_mapping_in_the_order_given() {
+        let pairs: Vec<(String, String)> = [
+            ("controller.service.type", "LoadBalancer"),
+            ("controller.image.registry", "\"m.local\""),
+            (
+                "controller.admissionWebhooks.patch.image.registry",
+                "\"m.local\"",
+            ),
+            ("top", "true"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect();
+        assert_eq!(
+            yaml_tree(&pairs),
+            "controller:\n  service:\n    type: LoadBalancer\n  image:\n    registry: \"m.local\"\n  \
+             admissionWebhooks:\n    patch:\n      image:\n        registry: \"m.local\"\ntop: true\n"
+        );
+        assert_eq!(yaml_tree(&[]), "");
+    }
+
+    #[test]
+    fn an_upstream_image_from_the_mirror_keeps_its_path() {
+        assert_eq!(
+            under_prefix(
+                "m.local:5000/mirror/",
+                "registry.k8s.io/sig-storage/csi-attacher"
+            ),
+            "m.local:5000/mirror/sig-storage/csi-attacher"
+        );
+        assert_eq!(
+            under_prefix("m.local", "docker.io/library/busybox"),
+            "m.local/library/busybox"
+        );
+        assert_eq!(quoted("a\"b"), "\"a\\\"b\"");
+    }
 }

@@ -285,7 +285,7 @@ pub const ROWS: &[Row] = &[
         "registry mirror for every image",
         "cluster and node group",
         NO,
-        "the registry prefix of system images",
+        "the registry of every image of the cluster and its addons (each chart's images and sidecars, under their upstream paths: [operator guide](operator-guide.md#the-cloud-around-a-cluster))",
     ),
     row(
         "cloud_provider_tag",

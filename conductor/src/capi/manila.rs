@@ -21,7 +21,7 @@
 
 use serde_json::{Value, json};
 
-use super::addons::{AddonCharts, CloudConfig, hcp, resource_set};
+use super::addons::{AddonCharts, CloudConfig, hcp, mirrored, resource_set, yaml_tree};
 use super::infra_labels::Manila;
 use super::render::ClusterInput;
 
@@ -124,14 +124,58 @@ pub fn render(
 ) -> Vec<Value> {
     let registry = prefix.unwrap_or("registry.k8s.io");
     let identity = serde_json::to_string(identity).unwrap_or_default();
+    // Every image of both charts from the mirror (their values.yaml at the
+    // pinned versions).
+    let mirrored = |keys: &[(&str, &str)]| yaml_tree(&mirrored(prefix, keys));
     let manila_values = format!(
         "shareProtocols:\n- protocolSelector: NFS\n  fsGroupPolicy: None\n  fwdNodePluginEndpoint:\n    dir: /var/lib/kubelet/plugins/csi-nfsplugin\n    sockFile: csi.sock\ncsimanila:\n  clusterID: {identity}\n  image:\n    repository: {registry}/provider-os/manila-csi-plugin\n    tag: {}\n",
         m.tag
     );
-    let nfs_values = match prefix {
-        Some(p) => format!("image:\n  nfs:\n    repository: {p}/sig-storage/nfsplugin\n"),
-        None => String::new(),
-    };
+    let manila_values = manila_values
+        + &mirrored(&[
+            (
+                "nodeplugin.registrar.image.repository",
+                "registry.k8s.io/sig-storage/csi-node-driver-registrar",
+            ),
+            (
+                "controllerplugin.provisioner.image.repository",
+                "registry.k8s.io/sig-storage/csi-provisioner",
+            ),
+            (
+                "controllerplugin.snapshotter.image.repository",
+                "registry.k8s.io/sig-storage/csi-snapshotter",
+            ),
+            (
+                "controllerplugin.resizer.image.repository",
+                "registry.k8s.io/sig-storage/csi-resizer",
+            ),
+        ]);
+    let nfs_values = mirrored(&[
+        (
+            "image.nfs.repository",
+            "registry.k8s.io/sig-storage/nfsplugin",
+        ),
+        (
+            "image.csiProvisioner.repository",
+            "registry.k8s.io/sig-storage/csi-provisioner",
+        ),
+        (
+            "image.csiSnapshotter.repository",
+            "registry.k8s.io/sig-storage/csi-snapshotter",
+        ),
+        (
+            "image.livenessProbe.repository",
+            "registry.k8s.io/sig-storage/livenessprobe",
+        ),
+        (
+            "image.nodeDriverRegistrar.repository",
+            "registry.k8s.io/sig-storage/csi-node-driver-registrar",
+        ),
+        (
+            "image.externalSnapshotter.repository",
+            "registry.k8s.io/sig-storage/snapshot-controller",
+        ),
+    ]);
     let docs = workload_manifests(m, cloud, verify, share_types);
     let [holder, set] = resource_set(c, "manila-csi", &docs, true, "Reconcile");
     vec![

@@ -32,9 +32,10 @@
 //!
 //! **OCCM** (kubernetes/cloud-provider-openstack
 //! `pkg/openstack/loadbalancer.go`), in each workload cluster's apiserver,
-//! with the `[Global]` credentials and `cluster.name` of its
-//! openstack-ccm HelmChartProxy values (what the chart's `cloud-config`
-//! Secret and `--cluster-name` hold): for a Service of type LoadBalancer,
+//! with the `[Global]` credentials of the cloud.conf in the Secret its
+//! chart mounts, read from that apiserver (`Cloud::mounted_conf`), and the
+//! `cluster.name` of its openstack-ccm HelmChartProxy values (its
+//! `--cluster-name`): for a Service of type LoadBalancer,
 //! the finalizer `service.kubernetes.io/load-balancer-cleanup` (k8s.io
 //! cloud-provider `controllers/service/controller.go`, `addFinalizer`), the
 //! load balancer `kube_service_<cluster>_<ns>_<svc>` described "Kubernetes
@@ -49,7 +50,8 @@
 //! and load balancer, then the finalizer (`EnsureLoadBalancerDeleted`).
 //!
 //! **Cinder CSI** (`pkg/csi/cinder/controllerserver.go`, `CreateVolume`,
-//! called by the external-provisioner sidecar) for each unbound
+//! called by the external-provisioner sidecar), with the cloud.conf of the
+//! Secret its chart mounts (as OCCM's), for each unbound
 //! PersistentVolumeClaim: the volume `pvc-<claim uid>` (external-provisioner
 //! `makeVolumeName`) of the claim's size rounded up to GiB, with the
 //! metadata `cinder.csi.openstack.org/cluster=<clusterID>` and the
@@ -152,6 +154,35 @@ pub fn creds_from_cloud_conf(text: &str) -> Result<Creds, String> {
         region: g.get("region").cloned(),
         interface: "public".into(),
     })
+}
+
+/// The cloud.conf a pod reads from a Secret mounted at `mount` (pure):
+/// the file `file`, and the `ca-file` it names, which must be a file of the
+/// same Secret (nothing else is mounted there); why not, otherwise.
+pub fn loadable_conf(
+    data: &BTreeMap<String, Vec<u8>>,
+    file: &str,
+    mount: &str,
+) -> Result<String, String> {
+    let conf = data
+        .get(file)
+        .map(|b| String::from_utf8_lossy(b).to_string())
+        .ok_or_else(|| format!("{mount}/{file} is not in the Secret it mounts"))?;
+    if let Some(ca) = parse_cloud_conf(&conf)
+        .get("Global")
+        .and_then(|g| g.get("ca-file"))
+    {
+        let inside = ca
+            .strip_prefix(mount)
+            .and_then(|r| r.strip_prefix('/'))
+            .is_some_and(|f| data.contains_key(f));
+        if !inside {
+            return Err(format!(
+                "its cloud.conf names ca-file={ca}, which is not a file of the Secret mounted at {mount}"
+            ));
+        }
+    }
+    Ok(conf)
 }
 
 /// What one OpenStack request answered other than success.
@@ -1100,8 +1131,13 @@ impl Cloud {
         }
     }
 
-    /// The values of the cluster's HelmChartProxy releasing `release`.
-    async fn values(&self, key: &ClusterKey, release: &str) -> Result<Option<Value>, OsError> {
+    /// The values of the cluster's HelmChartProxy releasing `release`, and
+    /// the namespace it releases into.
+    async fn values(
+        &self,
+        key: &ClusterKey,
+        release: &str,
+    ) -> Result<Option<(Value, String)>, OsError> {
         let api: Api<DynamicObject> = Api::namespaced_with(
             self.0.kube.clone(),
             &key.0,
@@ -1118,28 +1154,112 @@ impl Cloud {
                     .pointer("/spec/valuesTemplate")
                     .and_then(Value::as_str)
                     .unwrap_or_default();
+                let ns = h
+                    .data
+                    .pointer("/spec/namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or("default")
+                    .to_string();
                 return serde_norway::from_str(t)
-                    .map(Some)
+                    .map(|v| Some((v, ns)))
                     .map_err(|e| err(format!("{release} values: {e}")));
             }
         }
         Ok(None)
     }
 
+    /// The cloud.conf a plugin's pod reads: the file `cloud.conf` (Cinder
+    /// CSI: the chart's `secret.filename`) of the Secret its chart mounts at
+    /// `mount` (`secret.enabled`; `secret.name`, `default_name` when the
+    /// chart has a default), read from the workload cluster's apiserver:
+    /// what is there, not what the values say. The OCCM chart mounts it at
+    /// `/etc/config` (cloud-provider-openstack
+    /// `charts/openstack-cloud-controller-manager/templates/daemonset.yaml`),
+    /// Cinder CSI's at `/etc/kubernetes` (`charts/cinder-csi-plugin/
+    /// values.yaml`, `csi.plugin.volumeMounts`). A file the pod could not
+    /// read, or a `ca-file` that is not in the mounted Secret, makes the
+    /// real plugin exit at start (`pkg/openstack/openstack.go`
+    /// `ReadConfig`, gophercloud's CA loading): None, and the reason among
+    /// the errors a test sees.
+    #[allow(clippy::too_many_arguments)]
+    async fn mounted_conf(
+        &self,
+        client: &kube::Client,
+        plugin: &str,
+        values: &Value,
+        ns: &str,
+        default_name: &str,
+        mount: &str,
+        key: &ClusterKey,
+    ) -> Result<Option<String>, OsError> {
+        let refuse = |why: String| {
+            self.error(format!(
+                "{plugin} in cluster {}/{} cannot start: {why}",
+                key.0, key.1
+            ));
+            Ok(None)
+        };
+        if values.pointer("/secret/enabled") != Some(&json!(true)) {
+            return refuse("no Secret mounted (secret.enabled is not true)".into());
+        }
+        let name = values
+            .pointer("/secret/name")
+            .and_then(Value::as_str)
+            .unwrap_or(default_name);
+        let file = values
+            .pointer("/secret/filename")
+            .and_then(Value::as_str)
+            .unwrap_or("cloud.conf");
+        let secret = Api::<Secret>::namespaced(client.clone(), ns)
+            .get_opt(name)
+            .await
+            .map_err(|e| err(format!("Secret {ns}/{name}: {e}")))?;
+        let Some(secret) = secret else {
+            return refuse(format!("the Secret {ns}/{name} it mounts does not exist"));
+        };
+        let data: BTreeMap<String, Vec<u8>> = secret
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect();
+        match loadable_conf(&data, file, mount) {
+            Ok(conf) => Ok(Some(conf)),
+            Err(why) => refuse(format!("{why} (the Secret {ns}/{name})")),
+        }
+    }
+
+    /// OCCM, then Cinder CSI (each whatever the other's outcome).
     async fn sync_workload(
         &self,
         key: &ClusterKey,
         made: &Made,
         client: &kube::Client,
     ) -> Result<(), OsError> {
-        if let Some(v) = self.values(key, "openstack-ccm").await? {
-            let conf = v["cloudConfigContents"].as_str().unwrap_or_default();
-            let creds = creds_from_cloud_conf(conf).map_err(err)?;
+        let occm = self.occm_pass(key, made, client).await;
+        let csi = self.csi_pass(key, client).await;
+        occm.and(csi)
+    }
+
+    async fn occm_pass(
+        &self,
+        key: &ClusterKey,
+        made: &Made,
+        client: &kube::Client,
+    ) -> Result<(), OsError> {
+        if let Some((v, ns)) = self.values(key, "openstack-ccm").await? {
+            let Some(conf) = self
+                .mounted_conf(client, "OCCM", &v, &ns, "cloud-config", "/etc/config", key)
+                .await?
+            else {
+                return Ok(());
+            };
+            let creds = creds_from_cloud_conf(&conf).map_err(err)?;
             let cluster = v
                 .pointer("/cluster/name")
                 .and_then(Value::as_str)
                 .unwrap_or("kubernetes");
-            let lb_conf = parse_cloud_conf(conf)
+            let lb_conf = parse_cloud_conf(&conf)
                 .remove("LoadBalancer")
                 .unwrap_or_default();
             let services = Api::<Service>::all(client.clone())
@@ -1153,9 +1273,18 @@ impl Cloud {
                 }
             }
         }
-        if let Some(v) = self.values(key, "cinder-csi").await? {
-            let conf = v["cloudConfigContents"].as_str().unwrap_or_default();
-            let creds = creds_from_cloud_conf(conf).map_err(err)?;
+        Ok(())
+    }
+
+    async fn csi_pass(&self, key: &ClusterKey, client: &kube::Client) -> Result<(), OsError> {
+        if let Some((v, ns)) = self.values(key, "cinder-csi").await? {
+            let Some(conf) = self
+                .mounted_conf(client, "Cinder CSI", &v, &ns, "", "/etc/kubernetes", key)
+                .await?
+            else {
+                return Ok(());
+            };
+            let creds = creds_from_cloud_conf(&conf).map_err(err)?;
             let cluster = v["clusterID"].as_str().unwrap_or("kubernetes");
             let claims = Api::<PersistentVolumeClaim>::all(client.clone())
                 .list(&ListParams::default())
@@ -1498,6 +1627,31 @@ pub fn gib_of(q: &str) -> u64 {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_pod_loads_its_cloud_conf_and_ca_only_from_its_own_secret() {
+        let mut data = BTreeMap::new();
+        let conf = "[Global]\nauth-url=http://k\nca-file=/etc/config/ca.crt\n";
+        data.insert("cloud.conf".to_string(), conf.as_bytes().to_vec());
+        assert!(
+            loadable_conf(&data, "cloud.conf", "/etc/config")
+                .unwrap_err()
+                .contains("ca-file=/etc/config/ca.crt")
+        );
+        data.insert("ca.crt".to_string(), b"PEM".to_vec());
+        assert_eq!(
+            loadable_conf(&data, "cloud.conf", "/etc/config").unwrap(),
+            conf
+        );
+        // The same Secret mounted where Cinder CSI mounts it: the path named is not there.
+        assert!(loadable_conf(&data, "cloud.conf", "/etc/kubernetes").is_err());
+        assert!(
+            loadable_conf(&data, "other.conf", "/etc/config")
+                .unwrap_err()
+                .contains("/etc/config/other.conf is not in the Secret")
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -20,7 +20,9 @@
 //! - [`workload`]: real apiservers for workload clusters, from their CA
 //!   Secrets (opt-in);
 //! - [`cloud`]: CAPO's network and load balancer, OCCM's load balancers
-//!   and Cinder CSI's volumes in the real OpenStack services (opt-in).
+//!   and Cinder CSI's volumes in the real OpenStack services (opt-in);
+//! - [`resource_sets`]: what ClusterResourceSets apply in workload clusters
+//!   (with [`cloud`]'s workload loop).
 
 pub mod admission;
 pub mod cache;
@@ -33,6 +35,7 @@ pub mod faults;
 pub mod kinds;
 pub mod obj;
 pub mod proxy;
+pub mod resource_sets;
 pub mod runtime;
 pub mod tenant;
 pub mod tls;

@@ -247,6 +247,8 @@ struct Inner {
     /// The Nodes CAPI's controllers see through each tenant-network
     /// cluster's kubeconfig Secret (its ClusterCache).
     reachable: Mutex<BTreeMap<ClusterKey, BTreeSet<String>>>,
+    /// What CAPI's ClusterResourceSets applied in each ([`crate::resource_sets`]).
+    applied: Mutex<crate::resource_sets::Applied>,
 }
 
 /// The workload apiservers, running. Clones share them.
@@ -299,13 +301,47 @@ impl Workloads {
             decisions: Mutex::new(BTreeMap::new()),
             decided: Notify::new(),
             reachable: Mutex::new(BTreeMap::new()),
+            applied: Mutex::new(Default::default()),
         }));
-        let (me, me2) = (w.clone(), w.clone());
+        let (me, me2, me3) = (w.clone(), w.clone(), w.clone());
         *lock(&w.0.tasks) = vec![
             tokio::spawn(async move { me.watch(client).await }),
             tokio::spawn(async move { me2.register_nodes().await }),
+            tokio::spawn(async move { me3.resource_sets().await }),
         ];
         w
+    }
+
+    /// CAPI's ClusterResourceSets, once a second, in every apiserver that
+    /// is ready ([`crate::resource_sets::sync_cluster`]).
+    async fn resource_sets(&self) {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            let ready: Vec<(ClusterKey, kube::Client)> = lock(&self.0.running)
+                .iter()
+                .filter_map(|(k, r)| r.client.clone().map(|c| (k.clone(), c)))
+                .collect();
+            for (key, client) in ready {
+                let errors = crate::resource_sets::sync_cluster(
+                    &self.0.client,
+                    self.0.settings.line,
+                    &key,
+                    &client,
+                    &self.0.applied,
+                )
+                .await;
+                for e in errors {
+                    tracing::warn!("{e}");
+                    let mut all = lock(&self.0.errors);
+                    if !all.contains(&e) {
+                        all.push(e);
+                        if all.len() > 50 {
+                            all.remove(0);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// The receiver of "this cluster's endpoint is ready" (taken once, by
