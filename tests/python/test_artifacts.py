@@ -184,11 +184,11 @@ def test_the_demo_stops_on_a_corrupt_artifact_before_starting_anything(mirror, t
 
 
 def test_nothing_but_the_fetch_reads_the_teams_copy():
-    """The project stands alone: only scripts/fetch-artifacts.sh (no mirror
-    named: it takes ../shared's copy, offline) and the mirror of these tests
-    know about ../shared."""
+    """The project stands alone: only scripts/fetch-artifacts.sh and
+    scripts/fetch-charts.sh (no mirror named: they take ../shared's copy,
+    offline) and the mirror of these tests know about ../shared."""
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    allowed = {"scripts/fetch-artifacts.sh", "tests/artifacts_mirror.py", "tests/python/test_artifacts.py",
+    allowed = {"scripts/fetch-artifacts.sh", "scripts/fetch-charts.sh", "tests/artifacts_mirror.py", "tests/python/test_artifacts.py",
                ".ci/run", "docs/testing.md", "README.md"}
     readers = []
     for path in files:

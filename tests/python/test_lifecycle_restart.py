@@ -62,12 +62,13 @@ def objects_of(env, uuid):
         "KubeadmControlPlane": len(sim.items("controlplane.cluster.x-k8s.io/v1beta1", "kubeadmcontrolplanes", sel)),
         "OpenStackCluster": len(sim.items("infrastructure.cluster.x-k8s.io/v1beta1", "openstackclusters", sel)),
         "HelmChartProxy": len(sim.items("addons.cluster.x-k8s.io/v1alpha1", "helmchartproxies", sel)),
+        "ClusterResourceSet": len(sim.items("addons.cluster.x-k8s.io/v1beta1", "clusterresourcesets", sel)),
         "Secret": len(sim.items("v1", "secrets", sel)),
     }
 
 
 ONE_CLUSTER = {"Cluster": 1, "MachineDeployment": 1, "KubeadmControlPlane": 1, "OpenStackCluster": 1,
-               "HelmChartProxy": 4, "Secret": 5}
+               "HelmChartProxy": 4, "ClusterResourceSet": 1, "Secret": 6}
 NOTHING = {k: 0 for k in ONE_CLUSTER}
 
 

@@ -365,3 +365,14 @@ mod tests {
         );
     }
 }
+
+/// `matchLabels` of a LabelSelector (matchExpressions are not simulated).
+pub fn selector_matches(selector: Option<&Value>, o: &Value) -> bool {
+    let Some(ml) = selector
+        .and_then(|s| s.get("matchLabels"))
+        .and_then(Value::as_object)
+    else {
+        return selector.is_some_and(|s| s.as_object().is_some_and(|m| m.is_empty()));
+    };
+    ml.iter().all(|(k, v)| label(o, k) == v.as_str())
+}

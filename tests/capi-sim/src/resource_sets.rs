@@ -33,7 +33,6 @@ use kube::api::{
 use serde_json::{Map, Value};
 
 use crate::kinds::{Kind, Line};
-use crate::workload::ClusterKey;
 
 /// The objects a resource's data holds (pure): each value, in key order,
 /// as a stream of YAML (or JSON) documents.
@@ -185,7 +184,7 @@ pub async fn apply(workload: &kube::Client, obj: &Value, strategy: &str) -> Resu
 
 /// What each cluster's sets applied: (cluster, set, resource) -> the
 /// resource's hash then.
-pub type Applied = HashMap<(ClusterKey, String, String), String>;
+pub type Applied = HashMap<((String, String), String, String), String>;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match m.lock() {
@@ -200,7 +199,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub async fn sync_cluster(
     mgmt: &kube::Client,
     line: Line,
-    key: &ClusterKey,
+    key: &(String, String),
     workload: &kube::Client,
     applied: &Mutex<Applied>,
 ) -> Vec<String> {
@@ -236,7 +235,7 @@ pub async fn sync_cluster(
     };
     for set in sets {
         let set = serde_json::to_value(set).unwrap_or_default();
-        if !crate::controllers::selector_matches(set.pointer("/spec/clusterSelector"), &cluster) {
+        if !crate::obj::selector_matches(set.pointer("/spec/clusterSelector"), &cluster) {
             continue;
         }
         let set_name = set["metadata"]["name"]

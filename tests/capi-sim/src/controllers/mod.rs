@@ -258,16 +258,7 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// `matchLabels` of a LabelSelector (matchExpressions are not simulated).
-pub fn selector_matches(selector: Option<&Value>, o: &Value) -> bool {
-    let Some(ml) = selector
-        .and_then(|s| s.get("matchLabels"))
-        .and_then(Value::as_object)
-    else {
-        return selector.is_some_and(|s| s.as_object().is_some_and(|m| m.is_empty()));
-    };
-    ml.iter().all(|(k, v)| obj::label(o, k) == v.as_str())
-}
+pub use crate::obj::selector_matches;
 
 /// A Cluster's infrastructure is provisioned (v1beta1 or v1beta2 shape).
 pub fn infra_provisioned(cl: &Value) -> bool {
