@@ -109,6 +109,22 @@ def chart_path(name, version):
     return out
 
 
+def crd_files(name, version):
+    """The CustomResourceDefinitions Helm installs before the chart's
+    templates: the files of its `crds/` folder and of its subcharts'
+    (a packaged chart's are not looked at: the two pinned have none)."""
+    chart = chart_path(name, version)
+    if chart.endswith(".tgz"):
+        return []
+    found = []
+    for root, _, files in os.walk(chart):
+        rel = os.path.relpath(root, chart).split(os.sep)
+        if rel == ["crds"] or (len(rel) >= 3 and rel[0] == "charts" and rel[2] == "crds") or \
+                (len(rel) >= 2 and rel[0] == "crds"):
+            found += [os.path.join(root, f) for f in sorted(files) if f.endswith((".yaml", ".yml", ".json"))]
+    return sorted(found)
+
+
 def values_of(hcp):
     """The values CAAPH gives Helm for this proxy (see the module)."""
     text = hcp["spec"].get("valuesTemplate") or ""

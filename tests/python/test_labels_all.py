@@ -129,6 +129,40 @@ def env(request, tmp_path_factory, cloud):
     assert e.close() == 0, "the conductor did not stop cleanly"
 
 
+def strictly_valid(kc, hcps, rendered):
+    """What each release would install passes the workload apiserver's
+    strict validation (a server-side dry run): its namespace made
+    (`install.createNamespace`), the chart's CRDs installed first, as Helm
+    installs them."""
+    def kubectl(*args, stdin=None):
+        return subprocess.run(["kubectl", "--kubeconfig", kc, *args], input=stdin, capture_output=True, text=True,
+                              timeout=300)
+    for rel, h in hcps.items():
+        s = h["spec"]
+        out = kubectl("create", "namespace", s["namespace"])
+        assert out.returncode == 0 or "AlreadyExists" in out.stderr, out.stderr
+        crds = helm_charts.crd_files(s["chartName"], s["version"])
+        if crds:
+            args = [a for f in crds for a in ("-f", f)]
+            out = kubectl("apply", "--server-side", "--field-manager=helm", *args)
+            assert out.returncode == 0, (rel, out.stderr[-2000:])
+            out = kubectl("wait", "--for=condition=Established", "--timeout=120s", "crd", "--all")
+            assert out.returncode == 0, (rel, out.stderr[-2000:])
+        # Helm's test hooks are not installed (`helm test` runs them).
+        installed = [o for _, o in rendered[rel]
+                     if "test" not in (o["metadata"].get("annotations") or {}).get("helm.sh/hook", "")]
+        by_ns = {}
+        for o in installed:
+            by_ns.setdefault(o["metadata"].get("namespace") or s["namespace"], []).append(o)
+        for target, objs in by_ns.items():
+            out = kubectl("create", "namespace", target)
+            assert out.returncode == 0 or "AlreadyExists" in out.stderr, out.stderr
+            body = json.dumps({"apiVersion": "v1", "kind": "List", "items": objs})
+            out = kubectl("apply", "-n", target, "--server-side", "--dry-run=server", "--validate=strict",
+                          "--field-manager=helm", "-f", "-", stdin=body)
+            assert out.returncode == 0, (rel, target, out.stderr[-3000:])
+
+
 def addons_rendered_by_their_charts(env, hcps, uuid, ns, name):
     """Every addon as its chart renders it, and what OCCM's and Cinder
     CSI's pods would read (issue 47)."""
@@ -167,6 +201,7 @@ def addons_rendered_by_their_charts(env, hcps, uuid, ns, name):
     while (kc := env.sim.get("/_sim/workload-apiservers")["kubeconfigs"].get(key)) is None:
         assert time.time() < deadline, f"no workload apiserver for {key}"
         time.sleep(0.2)
+    strictly_valid(kc, hcps, rendered)
     for rel, secret_name, mount, pod in reads:
         vol = pod["mounts"][mount]
         assert vol.get("secret", {}).get("secretName") == secret_name, (rel, vol)

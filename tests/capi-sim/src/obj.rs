@@ -273,6 +273,17 @@ pub fn condition_with(
     c
 }
 
+/// `matchLabels` of a LabelSelector (matchExpressions are not simulated).
+pub fn selector_matches(selector: Option<&Value>, o: &Value) -> bool {
+    let Some(ml) = selector
+        .and_then(|s| s.get("matchLabels"))
+        .and_then(Value::as_object)
+    else {
+        return selector.is_some_and(|s| s.as_object().is_some_and(|m| m.is_empty()));
+    };
+    ml.iter().all(|(k, v)| label(o, k) == v.as_str())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,15 +375,4 @@ mod tests {
                 .all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c))
         );
     }
-}
-
-/// `matchLabels` of a LabelSelector (matchExpressions are not simulated).
-pub fn selector_matches(selector: Option<&Value>, o: &Value) -> bool {
-    let Some(ml) = selector
-        .and_then(|s| s.get("matchLabels"))
-        .and_then(Value::as_object)
-    else {
-        return selector.is_some_and(|s| s.as_object().is_some_and(|m| m.is_empty()));
-    };
-    ml.iter().all(|(k, v)| label(o, k) == v.as_str())
 }

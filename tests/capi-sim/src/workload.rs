@@ -745,6 +745,9 @@ impl Workloads {
             "--service-cluster-ip-range=10.96.0.0/12".to_string(),
             "--endpoint-reconciler-type=none".to_string(),
             "--profiling=false".to_string(),
+            // kubeadm's default (`getAPIServerCommand`, `"allow-privileged":
+            // "true"`): CNI and CSI node plugins run privileged.
+            "--allow-privileged=true".to_string(),
             "--v=1".to_string(),
         ])
         // The control plane's apiServer extraArgs, as kubeadm puts them on
