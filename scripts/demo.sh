@@ -7,6 +7,9 @@
 # RabbitMQ and a fresh MariaDB database with Magnum's schema. Magnum
 # 23.0.0's own client code then drives one cluster the way magnum-api does:
 #   template (Magnum's objects) -> cluster_create cast -> CREATE_COMPLETE
+#   -> each addon's release (capi-sim's CAAPH: the pinned upstream chart,
+#      rendered by the real Helm engine, installed in the workload cluster's
+#      own real kube-apiserver)
 #   -> `openstack coe cluster config` (get_ca_certificate + sign_certificate)
 #   -> cluster_resize cast (workers 2 -> 4, then 4 -> 3 naming a node)
 #   -> nodegroup_create cast (a second worker group) -> nodegroup_delete cast
@@ -24,7 +27,7 @@ step() { echo "=== $* (at ${SECONDS}s)"; }
 step "set-up: only what the demo runs (scripts/setup-env.sh --demo)"
 exports="$(scripts/setup-env.sh --demo | tail -n 1)"  # a failure stops here (eval of nothing would not)
 eval "$exports"
-export K8S_BIN_DIR CAPI_CRDS_DIR
+export K8S_BIN_DIR CAPI_CRDS_DIR HELM_CHARTS_DIR
 if [ -n "${DEMO_BIN_DIR:-}" ]; then
   bin="$DEMO_BIN_DIR"
   step "using $bin/magnum-conductor and $bin/capi-sim"
@@ -58,12 +61,15 @@ scripts/k8s-up.sh "$work/k8s" --crds "$line" > "$work/k8s-up.log" 2>&1 \
   || { cat "$work/k8s-up.log"; exit 1; }
 kc=(kubectl --kubeconfig "$work/k8s/kubeconfig")
 echo "    $(grep -o -m1 'https://[^ ,}"]*' "$work/k8s/kubeconfig"), $("${kc[@]}" get crd -o name | wc -l) CRDs"
+# A real kube-apiserver for the workload cluster too, into which capi-sim's
+# CAAPH installs each addon's chart as the real Helm engine renders it.
 "$bin/capi-sim" --kubeconfig "$work/k8s/kubeconfig" --line "$line" --tick-ms 100 \
+  --workload-apiservers --helm-engine "$HELM_VENV/bin/python" --helm-script tests/helm_render.py \
   --ready-file "$work/sim.url" > "$work/sim.log" 2>&1 &
 sim=$!
 for _ in $(seq 1 300); do [ -s "$work/sim.url" ] && break; sleep 0.1; done
 [ -s "$work/sim.url" ] || { cat "$work/sim.log"; exit 1; }
-echo "    CAPI/CAPO/CAAPH controllers and webhooks simulated by capi-sim"
+echo "    CAPI/CAPO/CAAPH controllers and webhooks simulated by capi-sim; a real apiserver per workload cluster"
 
 cat > "$work/magnum.conf" <<CONF
 [DEFAULT]
@@ -113,6 +119,21 @@ done
 echo "$got" | field '"    api_address=%s coe_version=%s health=%s stack_id=%s" % (d["cluster"]["api_address"], d["cluster"]["coe_version"], d["cluster"]["health_status"], d["cluster"]["stack_id"])'
 echo "$got" | field '"\n".join("    nodegroup %s: %s %s" % (n["name"], n["status"], n["node_addresses"]) for n in d["nodegroups"])'
 case "$last" in CREATE_COMPLETE*) ;; *) echo "create did not complete"; tail -20 "$work/conductor.log"; exit 1 ;; esac
+
+echo "--- the addons: each HelmChartProxy's chart at its version, rendered by the real Helm engine and installed in the workload cluster's apiserver"
+curl -sf "$(cat "$work/sim.url")/_sim/releases" > "$work/releases.json"
+"${kc[@]}" get helmreleaseproxies.addons.cluster.x-k8s.io -A -o json > "$work/hrps.json"
+py - "$work/releases.json" "$work/hrps.json" <<'PY'
+import json, sys
+sim = json.load(open(sys.argv[1]))["releases"]
+for h in sorted(json.load(open(sys.argv[2]))["items"], key=lambda h: h["spec"]["releaseName"]):
+    s, st = h["spec"], h.get("status", {})
+    r = sim.get(f"{h['metadata']['namespace']}/{h['metadata']['name']}") or {}
+    print(f"    {s['releaseName']:<16} {s['chartName']} {s['version']:<8} -> {s['namespace']:<16} "
+          f"{st.get('status')} revision {st.get('revision')}, {r.get('objects')} objects")
+    if st.get("status") != "deployed":
+        sys.exit(f"release {s['releaseName']} is not deployed: {r.get('error')}")
+PY
 
 echo "--- openstack coe cluster config (python-magnumclient's flow)"
 py tests/python/cert_client.py "$work/magnum.conf" coe-config "$uuid" "$work/kube" | tail -n 1 \

@@ -119,10 +119,17 @@ install_driver() {  # install_driver DIR: (re)install deploy/magnum-driver when 
     echo "$sum" > "$stamp"
   fi
 }
-# The demo runs Magnum 23.0.0's client code and a control plane; nothing else.
+# The demo runs Magnum 23.0.0's client code, a control plane and capi-sim's
+# CAAPH with the real Helm engine (HELM_VENV; tests/capi-sim/src/helm.rs,
+# tests/python/helm_charts.py) over the pinned upstream charts
+# (scripts/fetch-charts.sh); nothing else.
 make_venv "$VENV" "$PY_REQS"
+HELM_VENV="${HELM_VENV:-$HOME/.cache/magnum-conductor-rs/venv-helm-python-sdk-0.2.2}"
+make_venv "$HELM_VENV" "helm-python-sdk==0.2.2"
+charts_export="$("$(dirname "$0")/fetch-charts.sh" | tail -n 1)"  # a failure stops here
+eval "$charts_export"
 if [ "$demo" = 1 ]; then
-  echo "export MAGNUM_VENV=$VENV K8S_BIN_DIR=$K8S_BIN_DIR CAPI_CRDS_DIR=$CAPI_CRDS_DIR"
+  echo "export MAGNUM_VENV=$VENV HELM_VENV=$HELM_VENV HELM_CHARTS_DIR=$HELM_CHARTS_DIR K8S_BIN_DIR=$K8S_BIN_DIR CAPI_CRDS_DIR=$CAPI_CRDS_DIR"
   exit 0
 fi
 
@@ -181,13 +188,6 @@ if [ "$(cat "$OS_VENV/.provider" 2>/dev/null)" != "$provider_sum" ]; then
   rm -rf "$tmp"
   echo "$provider_sum" > "$OS_VENV/.provider"
 fi
-# The real Helm engine (Helm v4's own code as a shared library; no helm
-# binary) that renders every HelmChartProxy from the pinned upstream charts
-# (tests/python/helm_charts.py, scripts/fetch-charts.sh), in a venv of its own.
-HELM_VENV="${HELM_VENV:-$HOME/.cache/magnum-conductor-rs/venv-helm-python-sdk-0.2.2}"
-make_venv "$HELM_VENV" "helm-python-sdk==0.2.2"
-charts_export="$("$(dirname "$0")/fetch-charts.sh" | tail -n 1)"  # a failure stops here
-eval "$charts_export"
 make_venv "$VENV22" "$PY22_REQS"
 make_venv "$KS_VENV" "$KS_REQS"
 make_venv "$API_VENV" "$API_REQS"

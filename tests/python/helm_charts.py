@@ -7,13 +7,10 @@ by the real Helm engine from the upstream chart at the proxy's version
   namespace)`: what `helm template` gives, one manifest per template. It
   runs in a venv of its own (`HELM_VENV`, 244 MB: scripts/setup-env.sh),
   one process per batch of renders (tests/helm_render.py).
-- **The charts**: scripts/charts.lock, every file as upstream Git serves it,
-  fetched and verified by scripts/fetch-charts.sh (`HELM_CHARTS_DIR`). A
-  chart's dependencies are placed under its `charts/` folder as `helm
-  dependency build` places them; tigera-operator is given the version
-  Calico's release packages it with (`helm package --version v3.29.1
-  --app-version v3.29.1`, its Makefile's `chart` target: Git says v0.0), and
-  its `crds/calico` link (raw GitHub serves the target's path) is followed.
+- **The charts**: scripts/charts.lock, fetched and verified by
+  scripts/fetch-charts.sh (`HELM_CHARTS_DIR`), assembled as `helm dependency
+  build` would (tests/helm_render.py, `chart_path`, which capi-sim's CAAPH
+  uses too).
 - **The values**: CAAPH runs `valuesTemplate` through Go's text/template
   with sprig against the Cluster and its control plane
   (cluster-api-addon-provider-helm `internal/value_substitutions.go`,
@@ -24,39 +21,15 @@ by the real Helm engine from the upstream chart at the proxy's version
 """
 import json
 import os
-import shutil
 import subprocess
-import tempfile
+import sys
+import time
 
 import yaml
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-
-# (chartName, version) -> (repository, ref, path in it, dependencies as
-# (repository, ref, path)); a path ending in .tgz is a packaged chart.
-CPO = "kubernetes/cloud-provider-openstack"
-PROM = "prometheus-community/helm-charts"
-CHARTS = {
-    ("openstack-cloud-controller-manager", "2.31.1"):
-        (CPO, "openstack-cloud-controller-manager-2.31.1", "charts/openstack-cloud-controller-manager",
-         [("bitnami/charts", "common/2.14.1", "bitnami/common")]),
-    ("openstack-cinder-csi", "2.31.2"): (CPO, "openstack-cinder-csi-2.31.2", "charts/cinder-csi-plugin", []),
-    ("openstack-manila-csi", "2.32.0"): (CPO, "openstack-manila-csi-2.32.0", "charts/manila-csi-plugin", []),
-    ("metrics-server", "3.12.2"):
-        ("kubernetes-sigs/metrics-server", "metrics-server-helm-chart-3.12.2", "charts/metrics-server", []),
-    ("ingress-nginx", "4.11.3"): ("kubernetes/ingress-nginx", "helm-chart-4.11.3", "charts/ingress-nginx", []),
-    ("kube-prometheus-stack", "66.3.1"):
-        (PROM, "kube-prometheus-stack-66.3.1", "charts/kube-prometheus-stack",
-         [(PROM, "kube-state-metrics-5.27.0", "charts/kube-state-metrics"),
-          (PROM, "prometheus-node-exporter-4.42.0", "charts/prometheus-node-exporter"),
-          (PROM, "prometheus-windows-exporter-0.7.1", "charts/prometheus-windows-exporter"),
-          ("grafana/helm-charts", "grafana-8.6.4", "charts/grafana")]),
-    ("tigera-operator", "v3.29.1"): ("projectcalico/calico", "v3.29.1", "charts/tigera-operator", []),
-    ("cilium", "1.16.5"): ("cilium/charts", "009b5e9582173785abfdedb3fda7a26d85ab7aca", "cilium-1.16.5.tgz", []),
-    ("csi-driver-nfs", "v4.9.0"):
-        ("kubernetes-csi/csi-driver-nfs", "d3b27c00743a5317325107c1d2fb8fd4cf057a16",
-         "charts/v4.9.0/csi-driver-nfs-v4.9.0.tgz", []),
-}
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import helm_render  # noqa: E402 - the chart table and assembly, shared with capi-sim's engine
 
 
 def charts_dir():
@@ -72,57 +45,32 @@ def charts_dir():
     return os.environ["HELM_CHARTS_DIR"]
 
 
-_assembled = {}
-
-
 def chart_path(name, version):
     """A folder (or .tgz) Helm loads as chart `name` at `version`, its
-    dependencies in place; assembled once per process."""
-    key = (name, version)
-    assert key in CHARTS, f"no pinned chart {name} {version} (scripts/charts.lock)"
-    if key in _assembled:
-        return _assembled[key]
-    repo, ref, path, deps = CHARTS[key]
-    src = os.path.join(charts_dir(), "github", repo, ref, path)
-    if path.endswith(".tgz"):
-        _assembled[key] = src
-        return src
-    out = os.path.join(tempfile.mkdtemp(prefix="mc-chart-"), name)
-    shutil.copytree(src, out)
-    for d_repo, d_ref, d_path in deps:
-        dst = os.path.join(out, "charts", os.path.basename(d_path))
-        shutil.copytree(os.path.join(charts_dir(), "github", d_repo, d_ref, d_path), dst)
-    if name == "tigera-operator":
-        link = os.path.join(out, "crds", "calico")
-        target = open(link).read().strip()
-        os.remove(link)
-        shutil.copytree(os.path.normpath(os.path.join(src, "crds", target)), link)
-        chart_yaml = os.path.join(out, "Chart.yaml")
-        meta = yaml.safe_load(open(chart_yaml))
-        meta["version"] = meta["appVersion"] = version
-        with open(chart_yaml, "w") as f:
-            yaml.safe_dump(meta, f)
-    for root, dirs, files in os.walk(out):  # the cache's files are read-only
-        for n in dirs + files:
-            os.chmod(os.path.join(root, n), 0o755)
-    _assembled[key] = out
-    return out
+    dependencies in place (tests/helm_render.py), once per process."""
+    return helm_render.chart_path(name, version, charts_dir())
 
 
 def crd_files(name, version):
-    """The CustomResourceDefinitions Helm installs before the chart's
-    templates: the files of its `crds/` folder and of its subcharts'
-    (a packaged chart's are not looked at: the two pinned have none)."""
-    chart = chart_path(name, version)
-    if chart.endswith(".tgz"):
-        return []
-    found = []
-    for root, _, files in os.walk(chart):
-        rel = os.path.relpath(root, chart).split(os.sep)
-        if rel == ["crds"] or (len(rel) >= 3 and rel[0] == "charts" and rel[2] == "crds") or \
-                (len(rel) >= 2 and rel[0] == "crds"):
-            found += [os.path.join(root, f) for f in sorted(files) if f.endswith((".yaml", ".yml", ".json"))]
-    return sorted(found)
+    """The CRD files Helm installs before the chart's templates."""
+    return helm_render.crd_files(name, version, charts_dir())
+
+
+def engine_python():
+    """The Python of the Helm engine's venv (`HELM_VENV`)."""
+    venv = os.environ.get("HELM_VENV") or os.path.expanduser(
+        "~/.cache/magnum-conductor-rs/venv-helm-python-sdk-0.2.2")
+    python = os.path.join(venv, "bin", "python")
+    assert os.path.exists(python), f"{venv}: run scripts/setup-env.sh (the Helm engine's venv)"
+    return python
+
+
+def engine_args():
+    """capi-sim's arguments for its CAAPH to install every release with the
+    real Helm engine (tests/capi-sim/src/helm.rs); the charts fetched here
+    when `HELM_CHARTS_DIR` is not set (capi-sim inherits it)."""
+    charts_dir()
+    return ["--helm-engine", engine_python(), "--helm-script", os.path.join(ROOT, "tests", "helm_render.py")]
 
 
 def values_of(hcp):
@@ -136,10 +84,7 @@ def render_many(jobs):
     """Render (name, version, values, release, namespace) jobs in one
     process of the engine's venv: [{template path: manifest text}]; a
     chart Helm refuses raises, naming it and Helm's reason."""
-    venv = os.environ.get("HELM_VENV") or os.path.expanduser(
-        "~/.cache/magnum-conductor-rs/venv-helm-python-sdk-0.2.2")
-    python = os.path.join(venv, "bin", "python")
-    assert os.path.exists(python), f"{venv}: run scripts/setup-env.sh (the Helm engine's venv)"
+    python = engine_python()
     body = [{"chart": chart_path(n, v), "values": vals, "name": rel, "namespace": ns}
             for n, v, vals, rel, ns in jobs]
     p = subprocess.run([python, os.path.join(ROOT, "tests", "helm_render.py")], input=json.dumps(body),
@@ -252,3 +197,27 @@ def pod_reads(objs, kind, name_part):
         env = {e["name"]: e.get("value") for e in c.get("env") or []}
         out[c["name"]] = {"args": c.get("args") or [], "env": env, "mounts": mounts, "image": c["image"]}
     return out
+
+
+def deployed(sim, ns, cluster, timeout=120):
+    """The cluster's releases as capi-sim's CAAPH installed them in its
+    workload apiserver with the real Helm engine (tests/capi-sim/src/
+    helm.rs), once every HelmReleaseProxy of the cluster is deployed and
+    says so in its status (what the conductor reads): {release name: the
+    simulator's record}. A release that failed fails here with Helm's
+    message."""
+    hrps = f"/apis/addons.cluster.x-k8s.io/v1alpha1/namespaces/{ns}/helmreleaseproxies"
+    deadline = time.time() + timeout
+    while True:
+        items = [h for h in sim.get(hrps)["items"]
+                 if h["metadata"]["labels"].get("cluster.x-k8s.io/cluster-name") == cluster]
+        got = sim.get("/_sim/releases")
+        assert got["errors"] == [], got["errors"]
+        mine = {h["spec"]["releaseName"]: got["releases"].get(f"{ns}/{h['metadata']['name']}") for h in items}
+        failed = {k: r["error"] for k, r in mine.items() if r and r["error"]}
+        assert not failed, failed
+        if items and all(r and r["status"] == "deployed" and r["objects"] > 0 for r in mine.values()) and \
+                all(h.get("status", {}).get("status") == "deployed" for h in items):
+            return mine
+        assert time.time() < deadline, (mine, [h.get("status") for h in items])
+        time.sleep(0.3)

@@ -28,6 +28,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+import helm_charts
 from suite_timing import count
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -455,7 +456,7 @@ class Sim:
         self.proc = subprocess.Popen([SIM_BIN, "--kubeconfig", self.cp.kubeconfig, "--line", line,
                                       "--tick-ms", str(tick_ms), "--proxy-kubeconfig", self.kubeconfig,
                                       "--ready-file", str(ready),
-                                      *(["--workload-apiservers"] if workload_apiservers else []),
+                                      *(["--workload-apiservers", *helm_charts.engine_args()] if workload_apiservers else []),
                                       *(["--workload-netns"] if workload_netns else []),
                                       *(["--openstack"] if openstack else [])],
                                      stdout=self.log, stderr=subprocess.STDOUT)

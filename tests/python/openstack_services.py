@@ -406,6 +406,11 @@ class Manila:
                     f"api_paste_config = {MANILA_VENV}/etc/manila/api-paste.ini\n"
                     f"default_share_type = default\nenabled_share_backends = dummy\n"
                     f"enabled_share_protocols = NFS\n"
+                    # The share service tells the scheduler its backend at
+                    # start and every 10 s (defaults: a random delay of up
+                    # to 60 s, then every 60 s): until then a share is
+                    # refused ("no hosts"), whatever the test waits.
+                    f"periodic_fuzzy_delay = 0\nperiodic_interval = 10\n"
                     f"[dummy]\nshare_driver = manila.tests.share.drivers.dummy.DummyDriver\n"
                     f"driver_handles_share_servers = false\nshare_backend_name = dummy\n"
                     f"dummy_driver_default_driver_method_delay = 0\n"

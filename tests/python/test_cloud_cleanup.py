@@ -38,6 +38,7 @@ import uuid as uuidlib
 
 import pytest
 
+import helm_charts
 from conftest import new_vhost
 from openstack_services import Cinder, Neutron, Octavia
 from test_lifecycle import Env
@@ -208,6 +209,11 @@ def created(env, c, n=1, labels=None):
         assert got["cluster"]["status"] == "CREATE_COMPLETE", seen
         out.append((uuid, got["cluster"]["stack_id"]))
     return out[0] if n == 1 else out
+
+
+# The releases every cluster of these tests has (its HelmChartProxies'
+# release names).
+RELEASES = ["cni-calico", "openstack-ccm", "cinder-csi", "metrics-server"]
 
 
 def osc_path(c, stack_id):
@@ -407,12 +413,20 @@ def minus(triple, *others):
 def test_delete_removes_only_this_clusters_resources(env, cloud):
     c = cloud
     (uuid, stack_id), (uuid2, stack2) = created(env, c, n=2)
-    # The addons run with the cluster's identity.
-    ns = f"magnum-{c['project']}"
-    occm = env.sim.get(f"/apis/addons.cluster.x-k8s.io/v1alpha1/namespaces/{ns}/helmchartproxies/{stack_id}-openstack-ccm")
-    csi = env.sim.get(f"/apis/addons.cluster.x-k8s.io/v1alpha1/namespaces/{ns}/helmchartproxies/{stack_id}-cinder-csi")
-    assert f'cluster:\n  name: "{uuid}"\n' in occm["spec"]["valuesTemplate"]
-    assert f'clusterID: "{uuid}"\n' in csi["spec"]["valuesTemplate"]
+    # The addons run with the cluster's identity: what the real charts
+    # installed in its workload apiserver gives OCCM and Cinder CSI their
+    # cluster name (what capi-sim's OCCM and CSI read, and nothing else).
+    for st, u in ((stack_id, uuid), (stack2, uuid2)):
+        assert sorted(helm_charts.deployed(env.sim, f"magnum-{c['project']}", st)) == sorted(RELEASES), st
+        kc = workload(env, c, st)
+        pods = {o["metadata"]["name"]: o["spec"]["template"]["spec"] for o in
+                kubectl(kc, "get", "daemonsets,deployments", "-n", "kube-system", "-o", "json")["items"]}
+        occm = next(x for x in pods["openstack-cloud-controller-manager"]["containers"]
+                    if x["name"] == "openstack-cloud-controller-manager")
+        csi = next(x for x in pods["openstack-cinder-csi-controllerplugin"]["containers"]
+                   if x["name"] == "cinder-csi-plugin")
+        assert {"name": "CLUSTER_NAME", "value": u} in occm["env"] and "--cluster-name=$(CLUSTER_NAME)" in occm["args"]
+        assert {"name": "CLUSTER_NAME", "value": u} in csi["env"] and "--cluster=$(CLUSTER_NAME)" in csi["args"]
     # CAPO's network is real: the OpenStackCluster names what Neutron has.
     osc = env.sim.get(osc_path(c, stack_id))["status"]
     net = api(c, "neutron", "GET", f"/v2.0/networks/{osc['network']['id']}")["network"]
@@ -536,6 +550,47 @@ def test_kill_9_during_the_cleanup_then_restart_finishes(env, cloud):
     cleanup_all(c)
 
 
+def a_release_the_apiserver_refuses_fails_then_mends(env, c, stack_id):
+    """A value that renders an object the workload apiserver refuses makes
+    the release `failed` with the apiserver's reason, as CAAPH reports it
+    (HelmInstallOrUpgradeFailed), and the next revision that renders well
+    is deployed again, the object back as its chart renders it."""
+    ns = f"magnum-{c['project']}"
+    api = "addons.cluster.x-k8s.io/v1alpha1"
+    before = helm_charts.deployed(env.sim, ns, stack_id)["metrics-server"]
+    values = env.sim.items(api, "helmchartproxies", f"cluster.x-k8s.io/cluster-name={stack_id}", ns=ns)
+    hcp = next(h for h in values if h["spec"]["releaseName"] == "metrics-server")
+    good = hcp["spec"]["valuesTemplate"]
+
+    def hrp():
+        return next(h for h in env.sim.items(api, "helmreleaseproxies", f"cluster.x-k8s.io/cluster-name={stack_id}",
+                                              ns=ns) if h["spec"]["releaseName"] == "metrics-server")
+
+    def until(ok, what):
+        deadline = time.time() + 60
+        while not ok(h := hrp()):
+            assert time.time() < deadline, (what, h.get("status"))
+            time.sleep(0.3)
+        return h
+
+    # The chart puts `replicas` into the Deployment as it is: a word there
+    # is not an integer.
+    env.sim.patch(api, "helmchartproxies", hcp["metadata"]["name"],
+                  {"spec": {"valuesTemplate": good + "replicas: two\n"}}, ns=ns)
+    h = until(lambda h: h.get("status", {}).get("status") == "failed", "failed")
+    ready = next(x for x in h["status"]["conditions"] if x["type"] == "HelmReleaseReady")
+    assert ready["status"] == "False" and ready["reason"] == "HelmInstallOrUpgradeFailed", ready
+    assert "Deployment kube-system/metrics-server" in ready["message"] and "replicas" in ready["message"], ready
+    assert h["status"]["revision"] == before["revision"] + 1
+    env.sim.patch(api, "helmchartproxies", hcp["metadata"]["name"], {"spec": {"valuesTemplate": good}}, ns=ns)
+    h = until(lambda h: h.get("status", {}).get("status") == "deployed" and
+              h["status"]["revision"] == before["revision"] + 2, "deployed again")
+    assert all(x["status"] == "True" for x in h["status"]["conditions"]), h["status"]
+    kc = workload(env, c, stack_id)
+    d = kubectl(kc, "get", "deployment", "-n", "kube-system", "metrics-server", "-o", "json")
+    assert d["spec"]["replicas"] == 1, d["spec"]
+
+
 def test_keep_policy_keeps_volumes_findable_by_the_identity(env, cloud):
     on_line(env, "v1beta1")
     c = cloud
@@ -544,6 +599,7 @@ def test_keep_policy_keeps_volumes_findable_by_the_identity(env, cloud):
                                              "octavia_lb_healthcheck": "false"})
     expose(env, c, stack_id, uuid, lb_method="LEAST_CONNECTIONS", monitor=False)
     occm_resources(c, uuid, "shop/api")
+    a_release_the_apiserver_refuses_fails_then_mends(env, c, stack_id)
     vols = {claim(env, c, stack_id, f"data-{i}") for i in range(2)}
     snap = snapshot(c, sorted(vols)[0], uuid)
     env.client("delete", uuid, project=c["project"])

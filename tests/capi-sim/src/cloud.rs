@@ -30,12 +30,19 @@
 //!   with `isFatal=false` records nothing on the object); the security
 //!   groups. The finalizer goes only when all of it is gone.
 //!
+//! **What OCCM and Cinder CSI read** is only what their pods would: the
+//! container running their image among the workload cluster's Deployments
+//! and DaemonSets (what the charts rendered by the real Helm engine
+//! installed there: [`crate::helm`]), its arguments with `$(VAR)` expanded
+//! from its env (`--cloud-config`, `--cluster-name`, `--cluster`), and the
+//! files its volume mounts hold, read from that apiserver's Secrets
+//! ([`crate::pod`], `Cloud::mounted_conf`). A conf or CA file the real
+//! process could not read makes the simulated one do nothing and say why.
+//!
 //! **OCCM** (kubernetes/cloud-provider-openstack
 //! `pkg/openstack/loadbalancer.go`), in each workload cluster's apiserver,
-//! with the `[Global]` credentials of the cloud.conf in the Secret its
-//! chart mounts, read from that apiserver (`Cloud::mounted_conf`), and the
-//! `cluster.name` of its openstack-ccm HelmChartProxy values (its
-//! `--cluster-name`): for a Service of type LoadBalancer,
+//! with the `[Global]` credentials of its cloud.conf and its
+//! `--cluster-name` (default `kubernetes`): for a Service of type LoadBalancer,
 //! the finalizer `service.kubernetes.io/load-balancer-cleanup` (k8s.io
 //! cloud-provider `controllers/service/controller.go`, `addFinalizer`), the
 //! load balancer `kube_service_<cluster>_<ns>_<svc>` described "Kubernetes
@@ -50,8 +57,8 @@
 //! and load balancer, then the finalizer (`EnsureLoadBalancerDeleted`).
 //!
 //! **Cinder CSI** (`pkg/csi/cinder/controllerserver.go`, `CreateVolume`,
-//! called by the external-provisioner sidecar), with the cloud.conf of the
-//! Secret its chart mounts (as OCCM's), for each unbound
+//! called by the external-provisioner sidecar), its controller plugin's
+//! cloud.conf and `--cluster`, for each unbound
 //! PersistentVolumeClaim: the volume `pvc-<claim uid>` (external-provisioner
 //! `makeVolumeName`) of the claim's size rounded up to GiB, with the
 //! metadata `cinder.csi.openstack.org/cluster=<clusterID>` and the
@@ -67,6 +74,7 @@
 //! nodes); OCCM security groups only when the cloud.conf asks for them
 //! (`manage-security-groups`, off in what the conductor renders).
 
+use crate::shared::lock;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -76,13 +84,14 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret, Service};
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::kinds::{Kind, Line};
-use crate::obj::{CLUSTER_LABEL, deleting};
+use crate::obj::deleting;
+use crate::pod::{Container, FileSource, containers_running};
 use crate::workload::{ClusterKey, Workloads};
 
 /// An application credential, as a clouds.yaml or a cloud.conf gives it.
@@ -156,31 +165,45 @@ pub fn creds_from_cloud_conf(text: &str) -> Result<Creds, String> {
     })
 }
 
-/// The cloud.conf a pod reads from a Secret mounted at `mount` (pure):
-/// the file `file`, and the `ca-file` it names, which must be a file of the
-/// same Secret (nothing else is mounted there); why not, otherwise.
-pub fn loadable_conf(
-    data: &BTreeMap<String, Vec<u8>>,
-    file: &str,
-    mount: &str,
-) -> Result<String, String> {
-    let conf = data
-        .get(file)
-        .map(|b| String::from_utf8_lossy(b).to_string())
-        .ok_or_else(|| format!("{mount}/{file} is not in the Secret it mounts"))?;
+/// The Secrets of a container's namespace it mounts, by name: their keys'
+/// bytes (None: the Secret does not exist).
+pub type Mounted = BTreeMap<String, Option<BTreeMap<String, Vec<u8>>>>;
+
+/// The bytes of the file at `path` in container `c`, from the Secrets it
+/// mounts (pure); why the real process could not read it, otherwise.
+pub fn read_file(c: &Container, path: &str, secrets: &Mounted) -> Result<Vec<u8>, String> {
+    match c.file(path)? {
+        FileSource::Secret { name, key } => match secrets.get(&name) {
+            Some(Some(data)) => data.get(&key).cloned().ok_or_else(|| {
+                format!(
+                    "{path}: the Secret {}/{name} it mounts has no key {key}",
+                    c.namespace
+                )
+            }),
+            _ => Err(format!(
+                "{path}: the Secret {}/{name} it mounts does not exist",
+                c.namespace
+            )),
+        },
+        FileSource::Unreadable(kind) => Err(format!("{path} is on a {kind} volume")),
+    }
+}
+
+/// The cloud.conf container `c` loads (pure): the file its `--cloud-config`
+/// names, and the `ca-file` that names, both read through its mounts. The
+/// real plugin exits at start when either cannot be read
+/// (`pkg/openstack/openstack.go` `ReadConfig`, gophercloud's CA loading).
+pub fn loadable_conf(c: &Container, secrets: &Mounted) -> Result<String, String> {
+    let path = c
+        .flag("--cloud-config")
+        .ok_or_else(|| format!("container {} ({}) has no --cloud-config", c.name, c.owner))?;
+    let conf = String::from_utf8_lossy(&read_file(c, &path, secrets)?).to_string();
     if let Some(ca) = parse_cloud_conf(&conf)
         .get("Global")
         .and_then(|g| g.get("ca-file"))
     {
-        let inside = ca
-            .strip_prefix(mount)
-            .and_then(|r| r.strip_prefix('/'))
-            .is_some_and(|f| data.contains_key(f));
-        if !inside {
-            return Err(format!(
-                "its cloud.conf names ca-file={ca}, which is not a file of the Secret mounted at {mount}"
-            ));
-        }
+        read_file(c, ca, secrets)
+            .map_err(|e| format!("its cloud.conf names ca-file={ca}, unreadable: {e}"))?;
     }
     Ok(conf)
 }
@@ -222,13 +245,6 @@ struct Session {
 pub struct Os {
     http: Client<HttpConnector, Full<Bytes>>,
     sessions: Arc<Mutex<HashMap<String, Arc<Session>>>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
 }
 
 impl Default for Os {
@@ -635,12 +651,11 @@ struct Slot {
 
 struct Inner {
     kube: kube::Client,
-    line: Line,
     os: Os,
     slots: Mutex<BTreeMap<ClusterKey, Slot>>,
     changed_tx: mpsc::UnboundedSender<ClusterKey>,
     changed_rx: Mutex<Option<mpsc::UnboundedReceiver<ClusterKey>>>,
-    errors: Mutex<Vec<String>>,
+    errors: crate::shared::Recent,
     workloads: Option<Workloads>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
@@ -660,16 +675,15 @@ impl std::fmt::Debug for Cloud {
 impl Cloud {
     /// Start; with `workloads`, OCCM and Cinder CSI run in each workload
     /// cluster's apiserver once its network is made.
-    pub fn start(kube: kube::Client, line: Line, workloads: Option<Workloads>) -> Cloud {
+    pub fn start(kube: kube::Client, workloads: Option<Workloads>) -> Cloud {
         let (tx, rx) = mpsc::unbounded_channel();
         let cloud = Cloud(Arc::new(Inner {
             kube,
-            line,
             os: Os::default(),
             slots: Mutex::new(BTreeMap::new()),
             changed_tx: tx,
             changed_rx: Mutex::new(Some(rx)),
-            errors: Mutex::new(Vec::new()),
+            errors: Default::default(),
             workloads,
             tasks: Mutex::new(Vec::new()),
         }));
@@ -706,18 +720,11 @@ impl Cloud {
 
     /// What went wrong that a test should see (OCCM, CSI).
     pub fn errors(&self) -> Vec<String> {
-        lock(&self.0.errors).clone()
+        self.0.errors.all()
     }
 
     fn error(&self, msg: String) {
-        tracing::warn!("{msg}");
-        let mut e = lock(&self.0.errors);
-        if !e.contains(&msg) {
-            e.push(msg);
-            if e.len() > 50 {
-                e.remove(0);
-            }
-        }
+        self.0.errors.push(msg);
     }
 
     fn set(&self, key: &ClusterKey, state: Infra) {
@@ -1131,101 +1138,68 @@ impl Cloud {
         }
     }
 
-    /// The values of the cluster's HelmChartProxy releasing `release`, and
-    /// the namespace it releases into.
-    async fn values(
-        &self,
-        key: &ClusterKey,
-        release: &str,
-    ) -> Result<Option<(Value, String)>, OsError> {
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            self.0.kube.clone(),
-            &key.0,
-            &Kind::HelmChartProxy.api_resource(self.0.line),
-        );
-        let list = api
-            .list(&ListParams::default().labels(&format!("{CLUSTER_LABEL}={}", key.1)))
+    /// The containers of the workload cluster's Deployments and DaemonSets
+    /// running `image` (see [`crate::pod`]), Deployments first.
+    async fn containers(client: &kube::Client, image: &str) -> Result<Vec<Container>, OsError> {
+        let mut objects = Vec::new();
+        let d = Api::<Deployment>::all(client.clone())
+            .list(&ListParams::default())
             .await
-            .map_err(|e| err(format!("HelmChartProxies: {e}")))?;
-        for h in list.items {
-            if h.data.pointer("/spec/releaseName").and_then(Value::as_str) == Some(release) {
-                let t = h
-                    .data
-                    .pointer("/spec/valuesTemplate")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                let ns = h
-                    .data
-                    .pointer("/spec/namespace")
-                    .and_then(Value::as_str)
-                    .unwrap_or("default")
-                    .to_string();
-                return serde_norway::from_str(t)
-                    .map(|v| Some((v, ns)))
-                    .map_err(|e| err(format!("{release} values: {e}")));
-            }
+            .map_err(|e| err(format!("Deployments: {e}")))?;
+        let s = Api::<DaemonSet>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| err(format!("DaemonSets: {e}")))?;
+        for o in d.items {
+            objects.push(serde_json::to_value(o).map_err(|e| err(e.to_string()))?);
         }
-        Ok(None)
+        for o in s.items {
+            objects.push(serde_json::to_value(o).map_err(|e| err(e.to_string()))?);
+        }
+        Ok(containers_running(
+            &objects,
+            image,
+            &["Deployment", "DaemonSet"],
+        ))
     }
 
-    /// The cloud.conf a plugin's pod reads: the file `cloud.conf` (Cinder
-    /// CSI: the chart's `secret.filename`) of the Secret its chart mounts at
-    /// `mount` (`secret.enabled`; `secret.name`, `default_name` when the
-    /// chart has a default), read from the workload cluster's apiserver:
-    /// what is there, not what the values say. The OCCM chart mounts it at
-    /// `/etc/config` (cloud-provider-openstack
-    /// `charts/openstack-cloud-controller-manager/templates/daemonset.yaml`),
-    /// Cinder CSI's at `/etc/kubernetes` (`charts/cinder-csi-plugin/
-    /// values.yaml`, `csi.plugin.volumeMounts`). A file the pod could not
-    /// read, or a `ca-file` that is not in the mounted Secret, makes the
-    /// real plugin exit at start (`pkg/openstack/openstack.go`
-    /// `ReadConfig`, gophercloud's CA loading): None, and the reason among
-    /// the errors a test sees.
-    #[allow(clippy::too_many_arguments)]
+    /// The cloud.conf container `c` loads, read from the workload cluster's
+    /// apiserver: what is there, not what any values say. A conf the real
+    /// plugin could not load makes it exit at start (see
+    /// [`loadable_conf`]): None, and the reason among the errors a test
+    /// sees.
     async fn mounted_conf(
         &self,
         client: &kube::Client,
         plugin: &str,
-        values: &Value,
-        ns: &str,
-        default_name: &str,
-        mount: &str,
+        c: &Container,
         key: &ClusterKey,
     ) -> Result<Option<String>, OsError> {
-        let refuse = |why: String| {
-            self.error(format!(
-                "{plugin} in cluster {}/{} cannot start: {why}",
-                key.0, key.1
-            ));
-            Ok(None)
-        };
-        if values.pointer("/secret/enabled") != Some(&json!(true)) {
-            return refuse("no Secret mounted (secret.enabled is not true)".into());
+        let api = Api::<Secret>::namespaced(client.clone(), &c.namespace);
+        let mut secrets = Mounted::new();
+        for name in c.secret_volumes() {
+            let got = api
+                .get_opt(&name)
+                .await
+                .map_err(|e| err(format!("Secret {}/{name}: {e}", c.namespace)))?;
+            let data = got.map(|s| {
+                s.data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.0))
+                    .collect()
+            });
+            secrets.insert(name, data);
         }
-        let name = values
-            .pointer("/secret/name")
-            .and_then(Value::as_str)
-            .unwrap_or(default_name);
-        let file = values
-            .pointer("/secret/filename")
-            .and_then(Value::as_str)
-            .unwrap_or("cloud.conf");
-        let secret = Api::<Secret>::namespaced(client.clone(), ns)
-            .get_opt(name)
-            .await
-            .map_err(|e| err(format!("Secret {ns}/{name}: {e}")))?;
-        let Some(secret) = secret else {
-            return refuse(format!("the Secret {ns}/{name} it mounts does not exist"));
-        };
-        let data: BTreeMap<String, Vec<u8>> = secret
-            .data
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, v.0))
-            .collect();
-        match loadable_conf(&data, file, mount) {
+        match loadable_conf(c, &secrets) {
             Ok(conf) => Ok(Some(conf)),
-            Err(why) => refuse(format!("{why} (the Secret {ns}/{name})")),
+            Err(why) => {
+                self.error(format!(
+                    "{plugin} ({}) in cluster {}/{} cannot start: {why}",
+                    c.owner, key.0, key.1
+                ));
+                Ok(None)
+            }
         }
     }
 
@@ -1241,64 +1215,71 @@ impl Cloud {
         occm.and(csi)
     }
 
+    /// OCCM: the container running its image (the chart's DaemonSet), its
+    /// `--cluster-name` (OCCM's default `kubernetes`).
     async fn occm_pass(
         &self,
         key: &ClusterKey,
         made: &Made,
         client: &kube::Client,
     ) -> Result<(), OsError> {
-        if let Some((v, ns)) = self.values(key, "openstack-ccm").await? {
-            let Some(conf) = self
-                .mounted_conf(client, "OCCM", &v, &ns, "cloud-config", "/etc/config", key)
-                .await?
-            else {
-                return Ok(());
-            };
-            let creds = creds_from_cloud_conf(&conf).map_err(err)?;
-            let cluster = v
-                .pointer("/cluster/name")
-                .and_then(Value::as_str)
-                .unwrap_or("kubernetes");
-            let lb_conf = parse_cloud_conf(&conf)
-                .remove("LoadBalancer")
-                .unwrap_or_default();
-            let services = Api::<Service>::all(client.clone())
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| err(format!("Services: {e}")))?;
-            for s in services.items {
-                if s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer") {
-                    self.occm(&creds, cluster, &lb_conf, made, client, &s)
-                        .await?;
-                }
+        let found = Self::containers(client, "openstack-cloud-controller-manager").await?;
+        let Some(c) = found.first() else {
+            return Ok(());
+        };
+        let Some(conf) = self.mounted_conf(client, "OCCM", c, key).await? else {
+            return Ok(());
+        };
+        let creds = creds_from_cloud_conf(&conf).map_err(err)?;
+        let cluster = c
+            .flag("--cluster-name")
+            .unwrap_or_else(|| "kubernetes".into());
+        let lb_conf = parse_cloud_conf(&conf)
+            .remove("LoadBalancer")
+            .unwrap_or_default();
+        let services = Api::<Service>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| err(format!("Services: {e}")))?;
+        for s in services.items {
+            if s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer") {
+                self.occm(&creds, &cluster, &lb_conf, made, client, &s)
+                    .await?;
             }
         }
         Ok(())
     }
 
+    /// Cinder CSI: its controller plugin (the chart's Deployment, which
+    /// serves `CreateVolume`), its `--cluster` (default empty), and the
+    /// external-provisioner beside it, whose `--extra-create-metadata` adds
+    /// the claim's and volume's names.
     async fn csi_pass(&self, key: &ClusterKey, client: &kube::Client) -> Result<(), OsError> {
-        if let Some((v, ns)) = self.values(key, "cinder-csi").await? {
-            let Some(conf) = self
-                .mounted_conf(client, "Cinder CSI", &v, &ns, "", "/etc/kubernetes", key)
-                .await?
-            else {
-                return Ok(());
-            };
-            let creds = creds_from_cloud_conf(&conf).map_err(err)?;
-            let cluster = v["clusterID"].as_str().unwrap_or("kubernetes");
-            let claims = Api::<PersistentVolumeClaim>::all(client.clone())
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| err(format!("PersistentVolumeClaims: {e}")))?;
-            for pvc in claims.items {
-                if pvc
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.volume_name.as_deref())
-                    .is_none()
-                {
-                    self.csi(&creds, cluster, client, &pvc).await?;
-                }
+        let found = Self::containers(client, "cinder-csi-plugin").await?;
+        let Some(c) = found.iter().find(|c| c.owner.starts_with("Deployment/")) else {
+            return Ok(());
+        };
+        let Some(conf) = self.mounted_conf(client, "Cinder CSI", c, key).await? else {
+            return Ok(());
+        };
+        let creds = creds_from_cloud_conf(&conf).map_err(err)?;
+        let cluster = c.flag("--cluster").unwrap_or_default();
+        let extra = Self::containers(client, "csi-provisioner")
+            .await?
+            .iter()
+            .any(|p| p.owner == c.owner && p.switch("--extra-create-metadata"));
+        let claims = Api::<PersistentVolumeClaim>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| err(format!("PersistentVolumeClaims: {e}")))?;
+        for pvc in claims.items {
+            if pvc
+                .spec
+                .as_ref()
+                .and_then(|s| s.volume_name.as_deref())
+                .is_none()
+            {
+                self.csi(&creds, &cluster, extra, client, &pvc).await?;
             }
         }
         Ok(())
@@ -1504,6 +1485,7 @@ impl Cloud {
         &self,
         c: &Creds,
         cluster: &str,
+        extra_metadata: bool,
         client: &kube::Client,
         pvc: &PersistentVolumeClaim,
     ) -> Result<(), OsError> {
@@ -1532,18 +1514,19 @@ impl Cloud {
         {
             Some(v) => v,
             None => {
+                let mut metadata = json!({"cinder.csi.openstack.org/cluster": cluster});
+                if extra_metadata {
+                    metadata["csi.storage.k8s.io/pvc/name"] = json!(claim);
+                    metadata["csi.storage.k8s.io/pvc/namespace"] = json!(ns);
+                    metadata["csi.storage.k8s.io/pv/name"] = json!(pv);
+                }
                 let v = os
                     .req(
                         c,
                         "block-storage",
                         "POST",
                         "/volumes",
-                        Some(json!({"volume": {
-                        "name": pv, "size": gib,
-                        "metadata": {"cinder.csi.openstack.org/cluster": cluster,
-                                     "csi.storage.k8s.io/pvc/name": claim,
-                                     "csi.storage.k8s.io/pvc/namespace": ns,
-                                     "csi.storage.k8s.io/pv/name": pv}}})),
+                        Some(json!({"volume": {"name": pv, "size": gib, "metadata": metadata}})),
                     )
                     .await?;
                 v["volume"].clone()
@@ -1628,31 +1611,69 @@ pub fn gib_of(q: &str) -> u64 {
 #[cfg(test)]
 mod tests {
 
-    #[test]
-    fn a_pod_loads_its_cloud_conf_and_ca_only_from_its_own_secret() {
-        let mut data = BTreeMap::new();
-        let conf = "[Global]\nauth-url=http://k\nca-file=/etc/config/ca.crt\n";
-        data.insert("cloud.conf".to_string(), conf.as_bytes().to_vec());
-        assert!(
-            loadable_conf(&data, "cloud.conf", "/etc/config")
-                .unwrap_err()
-                .contains("ca-file=/etc/config/ca.crt")
-        );
-        data.insert("ca.crt".to_string(), b"PEM".to_vec());
-        assert_eq!(
-            loadable_conf(&data, "cloud.conf", "/etc/config").unwrap(),
-            conf
-        );
-        // The same Secret mounted where Cinder CSI mounts it: the path named is not there.
-        assert!(loadable_conf(&data, "cloud.conf", "/etc/kubernetes").is_err());
-        assert!(
-            loadable_conf(&data, "other.conf", "/etc/config")
-                .unwrap_err()
-                .contains("/etc/config/other.conf is not in the Secret")
-        );
+    use super::*;
+
+    fn occm(mount: &str, ca_volume: Option<&str>) -> Container {
+        let mut volumes = vec![json!({"name": "cfg", "secret": {"secretName": "ours"}})];
+        let mut mounts = vec![json!({"name": "cfg", "mountPath": mount})];
+        if let Some(s) = ca_volume {
+            volumes.push(json!({"name": "ca", "secret": {"secretName": s}}));
+            mounts.push(json!({"name": "ca", "mountPath": "/etc/ca"}));
+        }
+        let o = json!({"kind": "DaemonSet", "metadata": {"name": "occm", "namespace": "kube-system"},
+            "spec": {"template": {"spec": {"volumes": volumes, "containers": [{
+                "name": "occm", "image": "x/openstack-cloud-controller-manager:v1",
+                "args": ["--cloud-config=$(CLOUD_CONFIG)"],
+                "env": [{"name": "CLOUD_CONFIG", "value": "/etc/config/cloud.conf"}],
+                "volumeMounts": mounts}]}}}});
+        containers_running(&[o], "openstack-cloud-controller-manager", &["DaemonSet"])
+            .pop()
+            .unwrap_or_default()
     }
 
-    use super::*;
+    #[test]
+    fn a_pod_loads_its_cloud_conf_and_ca_only_through_its_mounts() {
+        let conf = "[Global]\nauth-url=http://k\nca-file=/etc/config/ca.crt\n";
+        let mut data = BTreeMap::new();
+        data.insert("cloud.conf".to_string(), conf.as_bytes().to_vec());
+        let mut secrets = Mounted::new();
+        secrets.insert("ours".into(), Some(data.clone()));
+        let c = occm("/etc/config", None);
+        assert_eq!(c.secret_volumes(), vec!["ours".to_string()]);
+        let e = loadable_conf(&c, &secrets).unwrap_err();
+        assert!(
+            e.contains("ca-file=/etc/config/ca.crt") && e.contains("no key ca.crt"),
+            "{e}"
+        );
+        data.insert("ca.crt".to_string(), b"PEM".to_vec());
+        secrets.insert("ours".into(), Some(data.clone()));
+        assert_eq!(loadable_conf(&c, &secrets).unwrap(), conf);
+        // The same Secret mounted elsewhere: the conf is not at the path the flag names.
+        let e = loadable_conf(&occm("/etc/kubernetes", None), &secrets).unwrap_err();
+        assert!(e.contains("/etc/config/cloud.conf is on no volume"), "{e}");
+        // A Secret that does not exist.
+        secrets.insert("ours".into(), None);
+        assert!(
+            loadable_conf(&c, &secrets)
+                .unwrap_err()
+                .contains("does not exist")
+        );
+        // A CA on a second mounted Secret is read from there.
+        let conf2 = "[Global]\nauth-url=http://k\nca-file=/etc/ca/ca.pem\n";
+        let mut d2 = BTreeMap::new();
+        d2.insert("cloud.conf".to_string(), conf2.as_bytes().to_vec());
+        secrets.insert("ours".into(), Some(d2));
+        let c = occm("/etc/config", Some("ca"));
+        assert!(
+            loadable_conf(&c, &secrets)
+                .unwrap_err()
+                .contains("ca/ca.pem")
+        );
+        let mut ca = BTreeMap::new();
+        ca.insert("ca.pem".to_string(), b"PEM".to_vec());
+        secrets.insert("ca".into(), Some(ca));
+        assert_eq!(loadable_conf(&c, &secrets).unwrap(), conf2);
+    }
 
     #[test]
     fn credentials_from_what_the_conductor_renders() {

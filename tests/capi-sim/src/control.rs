@@ -11,6 +11,9 @@
 //!   kubeconfig file of each);
 //! - `GET /_sim/cloud` (with `--openstack`): `{"infra": {"ns/cluster":
 //!   state}, "errors": [...]}` ([`crate::cloud`]);
+//! - `GET /_sim/releases` (with `--helm-engine`): `{"releases":
+//!   {"ns/proxy": {"cluster", "status", "revision", "generation", "error",
+//!   "objects"}}, "errors": [...]}` ([`crate::helm`]);
 //! - proxy: `GET|POST|DELETE /_sim/faults` (a [`crate::faults::Rule`]),
 //!   `POST /_sim/watches/drop`, `GET|DELETE /_sim/requests`
 //!   (`{client: {verb: n}}`);
@@ -37,6 +40,7 @@ pub struct Control {
     pub proxy: Option<Arc<Proxy>>,
     pub workloads: Option<crate::workload::Workloads>,
     pub cloud: Option<crate::cloud::Cloud>,
+    pub releases: Option<crate::helm::Releases>,
 }
 
 type Reply = (StatusCode, Json<Value>);
@@ -217,6 +221,26 @@ async fn cloud(State(c): State<Control>) -> Reply {
     }
 }
 
+async fn releases(State(c): State<Control>) -> Reply {
+    match &c.releases {
+        Some(r) => {
+            let all: serde_json::Map<String, Value> = r
+                .all()
+                .into_iter()
+                .map(|((ns, n), ((_, cluster), o, objects))| {
+                    (
+                        format!("{ns}/{n}"),
+                        json!({"cluster": cluster, "status": o.status, "revision": o.revision,
+                               "generation": o.generation, "error": o.error, "objects": objects}),
+                    )
+                })
+                .collect();
+            ok(json!({"releases": all, "errors": r.errors()}))
+        }
+        None => missing("the Helm engine (--helm-engine)"),
+    }
+}
+
 pub fn router(c: Control) -> axum::Router {
     axum::Router::new()
         .route("/_sim/ready", get(ready))
@@ -225,6 +249,7 @@ pub fn router(c: Control) -> axum::Router {
         .route("/_sim/controller-errors", get(errors))
         .route("/_sim/workload-apiservers", get(workloads))
         .route("/_sim/cloud", get(cloud))
+        .route("/_sim/releases", get(releases))
         .route(
             "/_sim/faults",
             get(faults_get).post(faults_add).delete(faults_clear),

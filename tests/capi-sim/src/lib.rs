@@ -21,8 +21,11 @@
 //!   Secrets (opt-in);
 //! - [`cloud`]: CAPO's network and load balancer, OCCM's load balancers
 //!   and Cinder CSI's volumes in the real OpenStack services (opt-in);
-//! - [`resource_sets`]: what ClusterResourceSets apply in workload clusters
-//!   (with [`cloud`]'s workload loop).
+//! - [`resource_sets`]: what ClusterResourceSets apply in workload clusters;
+//! - [`helm`]: CAAPH's Helm client, installing each HelmReleaseProxy's
+//!   chart, rendered by the real Helm engine, in its workload cluster
+//!   (opt-in); [`pod`]: what a container of a workload cluster reads (pure);
+//! - [`shared`]: the lock and error-list helpers of the I/O modules.
 
 pub mod admission;
 pub mod cache;
@@ -32,11 +35,14 @@ pub mod control;
 pub mod controllers;
 pub mod controlplane;
 pub mod faults;
+pub mod helm;
 pub mod kinds;
 pub mod obj;
+pub mod pod;
 pub mod proxy;
 pub mod resource_sets;
 pub mod runtime;
+pub mod shared;
 pub mod tenant;
 pub mod tls;
 pub mod webhooks;

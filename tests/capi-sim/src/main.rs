@@ -69,6 +69,14 @@ struct Args {
     /// workload cluster (plain-HTTP test services only).
     #[arg(long)]
     openstack: bool,
+    /// With --workload-apiservers: install each HelmReleaseProxy's chart in
+    /// its workload cluster as CAAPH does, rendered by the real Helm engine:
+    /// the Python of the engine's venv (HELM_VENV/bin/python) running
+    /// --helm-script (tests/helm_render.py; the charts from HELM_CHARTS_DIR).
+    #[arg(long, requires = "helm_script", requires = "workload_apiservers")]
+    helm_engine: Option<PathBuf>,
+    #[arg(long, requires = "helm_engine")]
+    helm_script: Option<PathBuf>,
     /// Written with the control URL once ready.
     #[arg(long)]
     ready_file: Option<PathBuf>,
@@ -109,9 +117,18 @@ async fn run(args: Args) -> Result<(), String> {
     } else {
         None
     };
+    let releases = match (&workloads, &args.helm_engine, &args.helm_script) {
+        (Some(w), Some(python), Some(script)) => Some(capi_sim::helm::Releases::start(
+            client.clone(),
+            args.line,
+            w.clone(),
+            capi_sim::helm::Engine::new(python.clone(), script.clone()),
+        )),
+        _ => None,
+    };
     let cloud = args
         .openstack
-        .then(|| capi_sim::cloud::Cloud::start(client.clone(), args.line, workloads.clone()));
+        .then(|| capi_sim::cloud::Cloud::start(client.clone(), workloads.clone()));
     let controllers = (!args.no_controllers).then(|| {
         let mut o = capi_sim::Options::new(args.line);
         o.tick = std::time::Duration::from_millis(args.tick_ms);
@@ -119,6 +136,7 @@ async fn run(args: Args) -> Result<(), String> {
         o.concurrency = args.concurrency;
         o.workloads = workloads.clone();
         o.cloud = cloud.clone();
+        o.releases = releases.clone();
         capi_sim::Controllers::start(client.clone(), o)
     });
     if let Some(c) = &controllers {
@@ -145,6 +163,7 @@ async fn run(args: Args) -> Result<(), String> {
         proxy,
         workloads: workloads.clone(),
         cloud: cloud.clone(),
+        releases: releases.clone(),
     };
     let listener = tokio::net::TcpListener::bind(args.control)
         .await
@@ -176,6 +195,9 @@ async fn run(args: Args) -> Result<(), String> {
     }
     if let Some(c) = &cloud {
         c.stop();
+    }
+    if let Some(r) = &releases {
+        r.stop();
     }
     Ok(())
 }

@@ -9,6 +9,7 @@
 //! When the apiserver cannot be reached it answers 503, as an L7 load
 //! balancer does.
 
+use crate::shared::lock;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -37,13 +38,6 @@ pub struct Proxy {
 impl Drop for Proxy {
     fn drop(&mut self) {
         self.task.abort();
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
     }
 }
 

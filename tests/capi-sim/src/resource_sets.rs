@@ -22,6 +22,7 @@
 //!   apiserver puts the system fields the upstream patch clears back).
 //!   The objects' own namespaces are used (ours all name one).
 
+use crate::shared::lock;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
@@ -185,13 +186,6 @@ pub async fn apply(workload: &kube::Client, obj: &Value, strategy: &str) -> Resu
 /// What each cluster's sets applied: (cluster, set, resource) -> the
 /// resource's hash then.
 pub type Applied = HashMap<((String, String), String, String), String>;
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
-}
 
 /// CAPI's ClusterResourceSets, in the workload cluster
 /// ([`crate::resource_sets`]): every set of the cluster's namespace

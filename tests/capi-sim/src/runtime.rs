@@ -11,6 +11,7 @@
 //! several tests can share one apiserver; CAPI's own `--namespace` flag
 //! limits its controllers to one namespace in the same way).
 
+use crate::shared::lock;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -45,6 +46,8 @@ pub struct Options {
     pub workloads: Option<crate::workload::Workloads>,
     /// The cloud side in real OpenStack services ([`crate::cloud`]).
     pub cloud: Option<crate::cloud::Cloud>,
+    /// CAAPH's Helm client ([`crate::helm`]): the releases' outcomes.
+    pub releases: Option<crate::helm::Releases>,
 }
 
 impl Options {
@@ -56,6 +59,7 @@ impl Options {
             concurrency: 8,
             workloads: None,
             cloud: None,
+            releases: None,
         }
     }
 }
@@ -80,13 +84,6 @@ struct Inner {
 #[derive(Clone)]
 pub struct Controllers(Arc<Inner>);
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
-}
-
 impl Controllers {
     /// Start the watches and the pass loop on the current runtime.
     pub fn start(client: kube::Client, opts: Options) -> Controllers {
@@ -109,7 +106,11 @@ impl Controllers {
         }
         let me = c.clone();
         tasks.push(tokio::spawn(async move { me.run().await }));
-        if let Some(mut changed) = c.0.opts.cloud.as_ref().and_then(|w| w.take_changed()) {
+        let changes = [
+            c.0.opts.cloud.as_ref().and_then(|w| w.take_changed()),
+            c.0.opts.releases.as_ref().and_then(|r| r.take_changed()),
+        ];
+        for mut changed in changes.into_iter().flatten() {
             let me = c.clone();
             tasks.push(tokio::spawn(async move {
                 while let Some(key) = changed.recv().await {
@@ -390,6 +391,9 @@ impl Controllers {
                     }
                     _ => {}
                 }
+            }
+            if let (Some(r), Kind::HelmReleaseProxy) = (&self.0.opts.releases, kind) {
+                ctx.release = Some(r.outcome(ns, n));
             }
             reconcile(&mut ctx, obj);
             ctx.actions

@@ -60,6 +60,7 @@
 //! (the cluster is deleted) and with capi-sim (also when capi-sim is
 //! killed: `PR_SET_PDEATHSIG`).
 
+use crate::shared::lock;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -233,7 +234,7 @@ struct Inner {
     /// them again).
     ready_tx: mpsc::UnboundedSender<ClusterKey>,
     ready_rx: Mutex<Option<mpsc::UnboundedReceiver<ClusterKey>>>,
-    errors: Mutex<Vec<String>>,
+    errors: crate::shared::Recent,
     /// The Nodes each cluster's Machines have ([`Workloads::want_nodes`]).
     wanted: Mutex<BTreeMap<ClusterKey, BTreeSet<NodeSpec>>>,
     nodes_changed: Notify,
@@ -264,13 +265,6 @@ impl std::fmt::Debug for Workloads {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
-}
-
 /// The cluster a Secret is the CA of: `<cluster>-ca` with the cluster label.
 fn ca_of(s: &Secret) -> Option<ClusterKey> {
     let name = s.metadata.name.as_deref()?;
@@ -293,7 +287,7 @@ impl Workloads {
             running: Mutex::new(BTreeMap::new()),
             ready_tx,
             ready_rx: Mutex::new(Some(ready_rx)),
-            errors: Mutex::new(Vec::new()),
+            errors: Default::default(),
             wanted: Mutex::new(BTreeMap::new()),
             nodes_changed: Notify::new(),
             tasks: Mutex::new(Vec::new()),
@@ -317,10 +311,12 @@ impl Workloads {
     async fn resource_sets(&self) {
         loop {
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-            let ready: Vec<(ClusterKey, kube::Client)> = lock(&self.0.running)
-                .iter()
-                .filter_map(|(k, r)| r.client.clone().map(|c| (k.clone(), c)))
-                .collect();
+            let ready = self.ready_clients();
+            {
+                // A cluster gone (its apiserver stopped) takes its memo.
+                let running = lock(&self.0.running);
+                lock(&self.0.applied).retain(|(k, _, _), _| running.contains_key(k));
+            }
             for (key, client) in ready {
                 let errors = crate::resource_sets::sync_cluster(
                     &self.0.client,
@@ -331,14 +327,7 @@ impl Workloads {
                 )
                 .await;
                 for e in errors {
-                    tracing::warn!("{e}");
-                    let mut all = lock(&self.0.errors);
-                    if !all.contains(&e) {
-                        all.push(e);
-                        if all.len() > 50 {
-                            all.remove(0);
-                        }
-                    }
+                    self.0.errors.push(e);
                 }
             }
         }
@@ -360,7 +349,7 @@ impl Workloads {
 
     /// Apiservers that could not be started, newest last.
     pub fn errors(&self) -> Vec<String> {
-        lock(&self.0.errors).clone()
+        self.0.errors.all()
     }
 
     /// Stop every apiserver and the watch.
@@ -381,6 +370,19 @@ impl Workloads {
             drop(wanted);
             self.0.nodes_changed.notify_one();
         }
+    }
+
+    /// An administrator's client of each apiserver that is ready.
+    pub fn ready_clients(&self) -> Vec<(ClusterKey, kube::Client)> {
+        lock(&self.0.running)
+            .iter()
+            .filter_map(|(k, r)| r.client.clone().map(|c| (k.clone(), c)))
+            .collect()
+    }
+
+    /// Whether cluster `key` has an apiserver (starting or ready).
+    pub fn running(&self, key: &ClusterKey) -> bool {
+        lock(&self.0.running).contains_key(key)
     }
 
     /// An administrator's client of cluster `key`'s apiserver, once ready.
@@ -500,11 +502,9 @@ impl Workloads {
                             && s.code != 409
                             && s.code != 429
                         {
-                            let msg = format!("nodes of {}/{}: {e}", key.0, key.1);
-                            let mut errors = lock(&self.0.errors);
-                            if !errors.contains(&msg) {
-                                errors.push(msg);
-                            }
+                            self.0
+                                .errors
+                                .push(format!("nodes of {}/{}: {e}", key.0, key.1));
                         }
                         failed = true;
                     }
@@ -582,9 +582,8 @@ impl Workloads {
             match me.launch(&key, &crt, &pem_key).await {
                 Ok(()) => {}
                 Err(e) => {
-                    let msg = format!("workload apiserver of {}/{}: {e}", key.0, key.1);
-                    tracing::warn!("{msg}");
-                    lock(&me.0.errors).push(msg);
+                    me.0.errors
+                        .push(format!("workload apiserver of {}/{}: {e}", key.0, key.1));
                     lock(&me.0.running).remove(&key);
                 }
             }
@@ -748,6 +747,13 @@ impl Workloads {
             // kubeadm's default (`getAPIServerCommand`, `"allow-privileged":
             // "true"`): CNI and CSI node plugins run privileged.
             "--allow-privileged=true".to_string(),
+            // Not kubeadm's: no pod runs here and no route leads to a
+            // cluster IP, so an admission webhook or APIService a chart
+            // installs (crate::helm) is reached through its Service's
+            // endpoints, of which there are none: the call fails at once
+            // (a webhook's failurePolicy decides) instead of dialling
+            // 10.96.x.x off this machine.
+            "--enable-aggregator-routing=true".to_string(),
             "--v=1".to_string(),
         ])
         // The control plane's apiServer extraArgs, as kubeadm puts them on

@@ -10,8 +10,15 @@
 //! templates); a release whose Cluster no longer matches is deleted
 //! (`deleteOrphanedHelmReleaseProxies`). Status: matching clusters, Ready.
 //!
-//! HelmReleaseProxy: no Helm; "deployed" (revision = generation) once its
-//! Cluster's control plane is initialized, else waiting.
+//! HelmReleaseProxy (`controllers/helmreleaseproxy/helmreleaseproxy_
+//! controller.go`, `Reconcile` -> `reconcileNormal`): waiting
+//! (`ClusterAvailable` False) until its Cluster's control plane is
+//! initialized; then, with the Helm engine ([`crate::helm`]), the release's
+//! outcome in the workload cluster: `status.status` and `revision` of the
+//! release, `HelmReleaseReady` True, or False with
+//! `HelmInstallOrUpgradeFailed` and Helm's message, `Ready` their summary
+//! (`patchHelmReleaseProxy`). Without it (no workload apiservers):
+//! "deployed" (revision = generation) as soon as the control plane is.
 //!
 //! ClusterResourceSet: a ClusterResourceSetBinding per matching Cluster
 //! once its control plane is up, resources recorded as applied.
@@ -20,6 +27,7 @@
 use serde_json::{Value, json};
 
 use super::{Ctx, cp_initialized, selector_matches};
+use crate::helm::Outcome;
 use crate::kinds::Kind;
 use crate::obj::{
     CLUSTER_LABEL, HCP_LABEL, deleting, keep_transition_times, label, meta, name, namespace,
@@ -130,6 +138,12 @@ pub fn reconcile_release_proxy(c: &mut Ctx<'_>, cur: Value) {
         .is_some_and(|cl| cp_initialized(&cl));
     let mut next = cur.clone();
     let generation = cur["metadata"]["generation"].as_i64().unwrap_or(1);
+    if let (true, Some(release)) = (up, c.release.take()) {
+        next["status"] = release_status(c, generation, release);
+        keep_transition_times(&cur, &mut next);
+        c.write(Kind::HelmReleaseProxy, &cur, next);
+        return;
+    }
     next["status"] = if up {
         json!({"status": "deployed", "revision": generation, "observedGeneration": generation,
                "conditions": [c.condition("Ready", true, "Deployed", "")]})
@@ -139,6 +153,38 @@ pub fn reconcile_release_proxy(c: &mut Ctx<'_>, cur: Value) {
     };
     keep_transition_times(&cur, &mut next);
     c.write(Kind::HelmReleaseProxy, &cur, next);
+}
+
+/// A HelmReleaseProxy's status from its release's outcome (see the module).
+fn release_status(c: &Ctx<'_>, generation: i64, release: Option<Outcome>) -> Value {
+    let available = c.condition("ClusterAvailable", true, "Available", "");
+    let Some(o) = release else {
+        return json!({"observedGeneration": generation, "conditions": [
+            c.condition("Ready", false, "PreparingToHelmInstall", "Preparing to install Helm chart"),
+            available,
+            c.condition("HelmReleaseReady", false, "PreparingToHelmInstall", "Preparing to install Helm chart")]});
+    };
+    let (ok, reason, message) = match (&o.error, o.status.as_deref()) {
+        (Some(e), _) => (false, "HelmInstallOrUpgradeFailed", e.clone()),
+        (None, Some("deployed")) => (true, "Ready", String::new()),
+        (None, s) => (
+            false,
+            "HelmReleasePending",
+            format!(
+                "Helm release is in a pending state: {}",
+                s.unwrap_or("none")
+            ),
+        ),
+    };
+    let mut status = json!({"observedGeneration": o.generation, "conditions": [
+        c.condition("Ready", ok, reason, &message),
+        available,
+        c.condition("HelmReleaseReady", ok, reason, &message)]});
+    if let Some(s) = &o.status {
+        status["status"] = json!(s);
+        status["revision"] = json!(o.revision);
+    }
+    status
 }
 
 pub fn reconcile_resource_set(c: &mut Ctx<'_>, cur: Value) {

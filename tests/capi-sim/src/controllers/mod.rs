@@ -86,6 +86,9 @@ pub struct Ctx<'a> {
     /// load balancer stand in the real Neutron and Octavia ([`openstack`]
     /// waits for them, and on delete for their removal).
     pub infra: Option<std::collections::BTreeMap<crate::workload::ClusterKey, crate::cloud::Infra>>,
+    /// With `--helm-engine`, for a HelmReleaseProxy: its release's outcome
+    /// in the workload cluster ([`crate::helm`]), None until first tried.
+    pub release: Option<Option<crate::helm::Outcome>>,
 }
 
 pub type Reconcile = fn(&mut Ctx<'_>, Value);
@@ -118,6 +121,7 @@ impl<'a> Ctx<'a> {
             endpoints: None,
             registered_nodes: None,
             infra: None,
+            release: None,
         }
     }
 
