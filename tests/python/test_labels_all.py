@@ -420,10 +420,24 @@ def test_every_implemented_label_at_once(env):
     drivers = {o["metadata"]["name"] for _, o in rendered["manila-csi"] if o["kind"] == "CSIDriver"}
     assert {c["provisioner"] for c in classes.values()} <= drivers and drivers, (classes, drivers)
     for c in classes.values():
-        for call in ("provisioner", "node-stage", "node-publish"):
-            assert c["parameters"][f"csi.storage.k8s.io/{call}-secret-name"] == creds["metadata"]["name"], c
+        for step in ("provisioner", "node-stage", "node-publish"):
+            assert c["parameters"][f"csi.storage.k8s.io/{step}-secret-name"] == creds["metadata"]["name"], c
     assert creds["stringData"]["os-certAuthority"] == env.ca_pem
     assert creds["stringData"]["os-TLSInsecure"] == "false"
+    # The labels that reach an addon, in what its chart renders (not in the
+    # values): Calico's pool in the operator's Installation, Manila CSI's
+    # plugin tag, its NFS node plugin beside it, the ingress class, the
+    # monitoring stack's Prometheus.
+    [inst] = [o for _, o in rendered["cni-calico"] if o["kind"] == "Installation"]
+    assert [p["cidr"] for p in inst["spec"]["calicoNetwork"]["ipPools"]] == [LABELS["calico_ipv4pool"]], inst
+    assert inst["spec"]["registry"].rstrip("/") + "/" == LABELS["container_infra_prefix"].rstrip("/") + "/", inst
+    manila_images = {i for i in helm_charts.images(rendered["manila-csi"]) if "/manila-csi-plugin:" in i}
+    assert manila_images and {i.rsplit(":", 1)[1] for i in manila_images} == {LABELS["manila_csi_plugin_tag"]}
+    assert any(o["kind"] == "CSIDriver" and o["metadata"]["name"] == "nfs.csi.k8s.io" for _, o in rendered["nfs-csi"])
+    ingress = rendered["ingress-nginx"]
+    assert any(o["kind"] == "IngressClass" and o["metadata"]["name"] == "nginx" for _, o in ingress), \
+        sorted({o["kind"] for _, o in ingress})
+    assert any(o["kind"] == "Prometheus" for _, o in rendered["monitoring"])
 
     # Shares as Manila CSI makes them for this cluster's claims (its
     # `clusterID` in their metadata), and one of another cluster's, made by
