@@ -189,6 +189,10 @@ def addons_rendered_by_their_charts(env, hcps, uuid, ns, name):
     # cluster (capi-sim: tests/capi-sim/src/resource_sets.rs).
     creds = env.sim.get(f"/api/v1/namespaces/{ns}/secrets/{name}-cloud-credentials")
     clouds = base64.b64decode(creds["data"]["clouds.yaml"]).decode()
+    # CAPO's credentials carry the CA where CAPO reads it (the identityRef
+    # Secret's `cacert`: cluster-api-provider-openstack `pkg/scope/
+    # provider.go`, `getCloudFromSecret`).
+    assert base64.b64decode(creds["data"]["cacert"]).decode() == env.ca_pem
     cred_id = next(ln.split(":", 1)[1].strip() for ln in clouds.splitlines()
                    if "application_credential_id" in ln)
     key = f"{ns}/{name}"

@@ -779,7 +779,9 @@ impl Releases {
             }
         }
         // Kinds just installed are resolved afresh.
-        lock(&self.0.kinds).retain(|(k, _, _), _| k != key);
+        if !files.is_empty() {
+            lock(&self.0.kinds).retain(|(k, _, _), _| k != key);
+        }
         Ok(())
     }
 
