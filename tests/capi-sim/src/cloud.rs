@@ -74,7 +74,6 @@
 //! nodes); OCCM security groups only when the cloud.conf asks for them
 //! (`manage-security-groups`, off in what the conductor renders).
 
-use crate::shared::lock;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -92,6 +91,7 @@ use tokio::sync::mpsc;
 
 use crate::obj::deleting;
 use crate::pod::{Container, FileSource, containers_running};
+use crate::shared::lock;
 use crate::workload::{ClusterKey, Workloads};
 
 /// An application credential, as a clouds.yaml or a cloud.conf gives it.
@@ -164,6 +164,9 @@ pub fn creds_from_cloud_conf(text: &str) -> Result<Creds, String> {
         interface: "public".into(),
     })
 }
+
+/// The workload kinds whose pods the plugins are looked for in.
+const KINDS: &[&str] = &["Deployment", "DaemonSet"];
 
 /// The Secrets of a container's namespace it mounts, by name: their keys'
 /// bytes (None: the Secret does not exist).
@@ -1138,9 +1141,9 @@ impl Cloud {
         }
     }
 
-    /// The containers of the workload cluster's Deployments and DaemonSets
-    /// running `image` (see [`crate::pod`]), Deployments first.
-    async fn containers(client: &kube::Client, image: &str) -> Result<Vec<Container>, OsError> {
+    /// The workload cluster's Deployments and DaemonSets, as JSON (the
+    /// pods [`crate::pod`] looks into), Deployments first.
+    async fn workloads(client: &kube::Client) -> Result<Vec<Value>, OsError> {
         let mut objects = Vec::new();
         let d = Api::<Deployment>::all(client.clone())
             .list(&ListParams::default())
@@ -1156,11 +1159,7 @@ impl Cloud {
         for o in s.items {
             objects.push(serde_json::to_value(o).map_err(|e| err(e.to_string()))?);
         }
-        Ok(containers_running(
-            &objects,
-            image,
-            &["Deployment", "DaemonSet"],
-        ))
+        Ok(objects)
     }
 
     /// The cloud.conf container `c` loads, read from the workload cluster's
@@ -1210,8 +1209,10 @@ impl Cloud {
         made: &Made,
         client: &kube::Client,
     ) -> Result<(), OsError> {
-        let occm = self.occm_pass(key, made, client).await;
-        let csi = self.csi_pass(key, client).await;
+        // One listing serves both (each pass finds its own container).
+        let pods = Self::workloads(client).await?;
+        let occm = self.occm_pass(key, made, client, &pods).await;
+        let csi = self.csi_pass(key, client, &pods).await;
         occm.and(csi)
     }
 
@@ -1222,8 +1223,9 @@ impl Cloud {
         key: &ClusterKey,
         made: &Made,
         client: &kube::Client,
+        pods: &[Value],
     ) -> Result<(), OsError> {
-        let found = Self::containers(client, "openstack-cloud-controller-manager").await?;
+        let found = containers_running(pods, "openstack-cloud-controller-manager", KINDS);
         let Some(c) = found.first() else {
             return Ok(());
         };
@@ -1254,8 +1256,13 @@ impl Cloud {
     /// serves `CreateVolume`), its `--cluster` (default empty), and the
     /// external-provisioner beside it, whose `--extra-create-metadata` adds
     /// the claim's and volume's names.
-    async fn csi_pass(&self, key: &ClusterKey, client: &kube::Client) -> Result<(), OsError> {
-        let found = Self::containers(client, "cinder-csi-plugin").await?;
+    async fn csi_pass(
+        &self,
+        key: &ClusterKey,
+        client: &kube::Client,
+        pods: &[Value],
+    ) -> Result<(), OsError> {
+        let found = containers_running(pods, "cinder-csi-plugin", KINDS);
         let Some(c) = found.iter().find(|c| c.owner.starts_with("Deployment/")) else {
             return Ok(());
         };
@@ -1264,8 +1271,7 @@ impl Cloud {
         };
         let creds = creds_from_cloud_conf(&conf).map_err(err)?;
         let cluster = c.flag("--cluster").unwrap_or_default();
-        let extra = Self::containers(client, "csi-provisioner")
-            .await?
+        let extra = containers_running(pods, "csi-provisioner", KINDS)
             .iter()
             .any(|p| p.owner == c.owner && p.switch("--extra-create-metadata"));
         let claims = Api::<PersistentVolumeClaim>::all(client.clone())

@@ -582,8 +582,8 @@ impl Releases {
             };
             (BTreeSet::new(), none)
         });
-        let installed =
-            prev.status.as_deref() == Some("deployed") || prev.status.as_deref() == Some("failed");
+        // A release exists (deployed or failed): an upgrade.
+        let install = prev.status.is_none();
         let (objects, outcome) = match rendered {
             Err(why) => (
                 prev_objects,
@@ -595,30 +595,25 @@ impl Releases {
                 },
             ),
             Ok(r) => {
-                let revision = prev.revision + 1;
-                match self
-                    .apply(key, client, &r, &release, &ns, !installed, &prev_objects)
+                let (objects, error) = match self
+                    .apply(key, client, &r, &release, &ns, install, &prev_objects)
                     .await
                 {
-                    Ok(objects) => (
-                        objects,
-                        Outcome {
-                            generation,
-                            status: Some("deployed".into()),
-                            revision,
-                            error: None,
-                        },
-                    ),
-                    Err((objects, why)) => (
-                        objects,
-                        Outcome {
-                            generation,
-                            status: Some("failed".into()),
-                            revision,
-                            error: Some(why),
-                        },
-                    ),
-                }
+                    Ok(objects) => (objects, None),
+                    Err((objects, why)) => (objects, Some(why)),
+                };
+                let status = if error.is_none() {
+                    "deployed"
+                } else {
+                    "failed"
+                };
+                let outcome = Outcome {
+                    generation,
+                    status: Some(status.into()),
+                    revision: prev.revision + 1,
+                    error,
+                };
+                (objects, outcome)
             }
         };
         if let Some(e) = &outcome.error {

@@ -209,13 +209,13 @@ pub fn containers_running(objects: &[Value], image: &str, kinds: &[&str]) -> Vec
                         .and_then(Value::as_str)
                         .unwrap_or_default()
                 );
-                let command_and_args = c["args"].as_array().into_iter().flatten();
+                let args = c["args"].as_array().into_iter().flatten();
                 out.push(Container {
                     owner,
                     namespace: ns.to_string(),
                     name: c["name"].as_str().unwrap_or_default().to_string(),
                     image: img.to_string(),
-                    args: command_and_args
+                    args: args
                         .filter_map(Value::as_str)
                         .map(|a| expand(a, &env))
                         .collect(),

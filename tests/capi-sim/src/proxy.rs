@@ -9,7 +9,6 @@
 //! When the apiserver cannot be reached it answers 503, as an L7 load
 //! balancer does.
 
-use crate::shared::lock;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -21,6 +20,7 @@ use hyper::body::Frame;
 use serde_json::{Value, json};
 
 use crate::faults::{Action, Faults, HANG};
+use crate::shared::lock;
 use crate::tls::{self, Body, BoxError};
 
 type Counts = Arc<Mutex<BTreeMap<(String, String), u64>>>;

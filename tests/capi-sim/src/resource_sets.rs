@@ -22,7 +22,6 @@
 //!   apiserver puts the system fields the upstream patch clears back).
 //!   The objects' own namespaces are used (ours all name one).
 
-use crate::shared::lock;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
@@ -34,6 +33,7 @@ use kube::api::{
 use serde_json::{Map, Value};
 
 use crate::kinds::{Kind, Line};
+use crate::shared::lock;
 
 /// The objects a resource's data holds (pure): each value, in key order,
 /// as a stream of YAML (or JSON) documents.

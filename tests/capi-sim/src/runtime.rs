@@ -11,7 +11,6 @@
 //! several tests can share one apiserver; CAPI's own `--namespace` flag
 //! limits its controllers to one namespace in the same way).
 
-use crate::shared::lock;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,6 +26,7 @@ use crate::cache::{Cache, ClusterKey, Wake};
 use crate::controllers::{Action, Ctx, reconciler};
 use crate::kinds::{Kind, Line};
 use crate::obj::{CLUSTER_LABEL, deleting, name, namespace};
+use crate::shared::lock;
 
 pub const FIELD_MANAGER: &str = "capi-sim";
 

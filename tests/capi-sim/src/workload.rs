@@ -60,7 +60,6 @@
 //! (the cluster is deleted) and with capi-sim (also when capi-sim is
 //! killed: `PR_SET_PDEATHSIG`).
 
-use crate::shared::lock;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -76,6 +75,7 @@ use tokio::sync::{Notify, mpsc};
 
 use crate::kinds::{Kind, Line};
 use crate::obj::{CP_LABEL, deleting};
+use crate::shared::lock;
 use crate::tenant::{self, Placement, TenantNet};
 
 /// The label CAPI (and Magnum's drivers) put on a cluster's Secrets.
