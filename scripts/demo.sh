@@ -36,7 +36,7 @@ else
   # The workspace selected, as scripts/test-all.sh builds: one feature
   # resolution, so neither command rebuilds the other's dependencies.
   cargo build --quiet --workspace --bin magnum-conductor --bin capi-sim
-  bin=target/debug
+  bin="${CARGO_TARGET_DIR:-target}/debug"
 fi
 step "the demo"
 work=$(mktemp -d)

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# A real Keystone (30.0.0, SQLite, fernet) for tests, from the venv that
-# scripts/setup-env.sh caches.
+# A real Keystone (30.0.0, fernet) for tests, from the venv that
+# scripts/setup-env.sh caches: its database in SQLite (DIR/keystone.db), or
+# where KEYSTONE_DATABASE names (an empty database, e.g.
+# mysql+pymysql://root@127.0.0.1:3306/NAME: the run's shared Keystone, whose
+# writers are many processes at once, which SQLite refuses with "database is
+# locked").
 #   scripts/keystone.sh start DIR PORT   # prints KEYSTONE_URL=... when /v3 answers
 #   scripts/keystone.sh stop DIR
 # Bootstrap: domain default, project+user admin (password in DIR/admin-password),
@@ -23,7 +27,7 @@ cat > etc/keystone.conf <<CONF
 [DEFAULT]
 log_file = $dir/keystone.log
 [database]
-connection = sqlite:///$dir/keystone.db
+connection = ${KEYSTONE_DATABASE:-sqlite:///$dir/keystone.db}
 [token]
 provider = fernet
 [fernet_tokens]

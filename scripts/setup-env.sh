@@ -25,9 +25,10 @@ esac
 VENV="${MAGNUM_VENV:-$HOME/.cache/magnum-conductor-rs/venv-magnum-23.0.0}"
 PY_REQS="magnum==23.0.0 python-magnumclient==5.0.0 pytest==8.4.2 pytest-xdist==3.8.0 PyMySQL==1.2.4"
 VENV22="${MAGNUM22_VENV:-$HOME/.cache/magnum-conductor-rs/venv-magnum-22.0.0}"
-# A real Keystone for the application-credential tests (scripts/keystone.sh).
+# A real Keystone for the tests (scripts/keystone.sh; PyMySQL: the run's
+# shared Keystone keeps its database in MariaDB, as deployments do).
 KS_VENV="${KEYSTONE_VENV:-$HOME/.cache/magnum-conductor-rs/venv-keystone-30.0.0}"
-KS_REQS="keystone==30.0.0 gunicorn==23.0.0"
+KS_REQS="keystone==30.0.0 gunicorn==23.0.0 PyMySQL==1.2.4"
 PY22_REQS="magnum==22.0.0 PyMySQL==1.2.4"
 # magnum-api environments with our driver package (deploy/magnum-driver)
 # installed, as an operator installs it: the end-to-end tests run the real

@@ -54,6 +54,18 @@ bg_pids=()
 finish() {
   local rc=$?
   [ "${#bg_pids[@]}" -eq 0 ] || kill "${bg_pids[@]}" 2>/dev/null || true
+  # The run's OpenStack services: the launcher stops them on SIGTERM.
+  if [ -n "${cloud_pid:-}" ]; then
+    [ ! -s "$MC_SHARED_CLOUD/pid" ] || kill "$(cat "$MC_SHARED_CLOUD/pid")" 2>/dev/null || true
+    wait "$cloud_pid" 2>/dev/null || true
+    if [ "$rc" = 0 ]; then
+      rm -rf "$MC_SHARED_CLOUD"
+    else
+      [ ! -s "$MC_SHARED_CLOUD/failed" ] || {
+        echo "== the run's OpenStack services did not start:"; tail -n 40 "$MC_SHARED_CLOUD/failed"; }
+      echo "(their logs: $MC_SHARED_CLOUD)"
+    fi
+  fi
   [ -z "${bin_dir:-}" ] || rm -rf "$bin_dir"
   [ -z "${release_dir:-}" ] || rm -rf "$release_dir"
   printf 'end\t%s\n' "$(date +%s.%N)" >> "$MC_SUITE_TIMING_DIR/stages.tsv"
@@ -71,6 +83,24 @@ stage "set-up (scripts/setup-env.sh: what is missing installed, artifacts verifi
 exports="$(scripts/setup-env.sh | tail -n 1)"  # a failure stops here (eval of nothing would not)
 eval "$exports"
 export CARGO_TERM_COLOR=never
+# One build cache for every clone on this machine, as the venvs are kept in
+# ~/.cache: a clean clone rebuilds only the workspace's own crates, not its
+# ~400 dependencies (Cargo's fingerprints decide; its lock serializes two
+# runs at once). CARGO_TARGET_DIR, when set, is used as it is.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/magnum-conductor-rs/target}"
+out="$CARGO_TARGET_DIR/debug"
+
+# One set of OpenStack services for every test process of this run
+# (tests/python/shared_cloud.py: Keystone, Neutron, Octavia, Cinder,
+# Glance, Nova's API, Manila; each test in a project of its own), started
+# now so that it is up by the time the first test needs it; it stops with
+# this script.
+stage "the run's OpenStack services (tests/python/shared_cloud.py): started in the background"
+MC_SHARED_CLOUD="$(mktemp -d -t mc-shared-cloud-XXXXXX)"
+export MC_SHARED_CLOUD
+in_background "the run's OpenStack services" "$MAGNUM_VENV/bin/python" tests/python/shared_cloud.py \
+  "$MC_SHARED_CLOUD" --parent "$$" > "$MC_SHARED_CLOUD/launcher.log" 2>&1 &
+cloud_pid=$!
 
 stage "cargo fmt"
 cargo fmt --all -- --check
@@ -84,17 +114,17 @@ stage "no crash-point code in a build without the failpoints feature"
 # dependency is compiled once for all of them, not twice.
 # The build the demo below runs (and the one scripts/demo.sh makes).
 cargo build --workspace --bin magnum-conductor --bin capi-sim --quiet
-if grep -a -q -e MAGNUM_CONDUCTOR_FAILPOINT -e "failpoint reached" target/debug/magnum-conductor; then
+if grep -a -q -e MAGNUM_CONDUCTOR_FAILPOINT -e "failpoint reached" "$out/magnum-conductor"; then
   echo "crash-point code found in a build without the failpoints feature" >&2
   exit 1
 fi
 # The demo (README's first command) and Magnum's own API tests through
 # tempest (tests/python/test_tempest.py) run this build, as released (a
-# copy: the builds below write target/debug), beside everything below: both
+# copy: the builds below write $out), beside everything below: both
 # mostly wait on simulated rollouts and, tempest, on the plugin's own
 # sleeping. Their outcomes come at the end.
 release_dir="$(mktemp -d)"
-cp target/debug/magnum-conductor target/debug/capi-sim "$release_dir/"
+cp "$out/magnum-conductor" "$out/capi-sim" "$release_dir/"
 stage "the demo (README's first command: scripts/demo.sh), as released: started in the background"
 demo_log="$(mktemp)"
 DEMO_BIN_DIR="$release_dir" in_background "the demo" scripts/demo.sh > "$demo_log" 2>&1 &
@@ -112,12 +142,12 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo clippy --workspace --all-targets --quiet --features conductor/failpoints -- -D warnings
 stage "cargo build (with the crash points the restart tests use)"
 cargo build --workspace --quiet --features conductor/failpoints
-grep -a -q MAGNUM_CONDUCTOR_FAILPOINT target/debug/magnum-conductor
+grep -a -q MAGNUM_CONDUCTOR_FAILPOINT "$out/magnum-conductor"
 # The Python tests run a copy of these binaries: cargo test below may
-# relink target/debug with its dev-dependencies' features while they start
+# relink $out with its dev-dependencies' features while they start
 # them.
 bin_dir="$(mktemp -d)"
-find target/debug -maxdepth 1 -type f -perm -u+x -exec cp {} "$bin_dir/" \;
+find "$out" -maxdepth 1 -type f -perm -u+x -exec cp {} "$bin_dir/" \;
 # cargo test keeps about one core busy (its tests mostly wait on RabbitMQ,
 # MariaDB and apiservers): it runs beside the Python suite below (on the
 # copy above). None of its tests stops RabbitMQ; the Python tests that do

@@ -1,13 +1,16 @@
 """The whole path a user takes, with nothing of ours standing in for OpenStack.
 
-- a real Keystone (scripts/keystone.sh): the `magnum`, `glance` and `nova`
-  service users, a tenant project with a member user, and a catalog holding
-  container-infra (the magnum-api below), image, compute and network;
-- the real Glance 33 and Nova 34 APIs and Neutron 29 (openstack_services.py)
-  holding what magnum-api validates a template and a cluster against, made
-  through their APIs as an operator and a user make them: public images
-  with their `os_distro`, flavors, the external network, the user's keypair
-  (Nova's keypairs are per user: tempest's users make their own);
+- the run's real Keystone, Glance 33, Nova 34 (compute API), Neutron 29,
+  Octavia, Cinder and Manila (shared_cloud.py: started once per run, as a
+  deployment runs them for all its tenants), holding what magnum-api
+  validates a template and a cluster against, made through their APIs as an
+  operator makes them: public images with their `os_distro`, flavors, the
+  external network, the services' users and Magnum's trustee domain;
+- per ApiEnv, a project and a user of its own (alice's, her keypair made in
+  Nova as she makes it: Nova's keypairs are per user), and a catalog region
+  of its own holding its magnum-api as `container-infra` beside the cloud's
+  services (the user's CLI names that region, so it finds this magnum-api
+  and never another test's);
 - the real magnum-api of Magnum 23.0.0 or 22.0.0, from the venvs
   scripts/setup-env.sh builds with our driver package installed as an
   operator installs it, behind keystonemiddleware, run either as the
@@ -19,20 +22,22 @@
   cluster our simulator;
 - the user speaks only through the `openstack coe ...` CLI
   (python-openstackclient + python-magnumclient) with a password.
+
+Its end checks that nothing of the test's reached another project
+(`shared_cloud.Cloud.check_untouched`).
 """
 import json
 import os
 import subprocess
-import sys
 import time
 import urllib.request
 
 import client_pool
-from conftest import (ROOT, Conductor, free_port, new_database, new_vhost, rabbitmqctl, write_conf)
-from openstack_services import Glance, Manila, Neutron, Nova
+import shared_cloud
+from conftest import (Conductor, free_port, new_database, new_vhost, rabbitmqctl, write_conf)
 from suite_timing import count
 from test_lifecycle import Sim
-from test_lifecycle_keystone import KEYSTONE, call, password_token, start_keystone
+from test_lifecycle_keystone import call, password_token
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # What the user's CLI imports (python-openstackclient's shell, its identity
@@ -46,190 +51,44 @@ API_VENVS = {"23": os.environ.get("MAGNUM_API_VENV", f"{CACHE}/venv-api-23.0.0")
 # The head of each release's migrations (magnum-db-manage upgrade).
 DB_BUILD = {"23": ("magnum", "b3e1cf4a2d5e"), "22": ("magnum22", "c0f832afc4fd")}
 USER_PW = "alice-secret-pw"
-SERVICE_PW = "magnum-service-pw"
+SERVICE_PW = shared_cloud.SERVICE_PW
 
 
-def keystone_start(tmp):
-    """A Keystone with the service user, a tenant and its member. Returns
-    a dict of what the test needs, `stop` included."""
-    d = tmp / "keystone"
-    d.mkdir()
-    url, admin_pw, admin = start_keystone(d)
-
-    def make(kind, body):
-        status, _, got = call("POST", f"{url}/{kind}s", admin, {kind: body})
-        assert status == 201, (kind, status)
-        return got[kind]["id"]
-
-    def grant(project, user, role_name):
-        _, _, roles = call("GET", f"{url}/roles?name={role_name}", admin)
-        role = roles["roles"][0]["id"] if roles["roles"] else make("role", {"name": role_name})
-        status, _, _ = call("PUT", f"{url}/projects/{project}/users/{user}/roles/{role}", admin)
-        assert status == 204
-
-    service = make("project", {"name": "service", "domain_id": "default"})
-    magnum = make("user", {"name": "magnum", "domain_id": "default", "password": SERVICE_PW})
-    grant(service, magnum, "admin")
-    grant(service, magnum, "service")  # keystonemiddleware validates tokens with it
-    for name in ("glance", "nova", "neutron", "manila"):  # their keystonemiddleware's users
-        user = make("user", {"name": name, "domain_id": "default", "password": SERVICE_PW})
-        grant(service, user, "admin")
-        grant(service, user, "service")
-    # The trustee domain and its admin every Magnum deployment configures
-    # ([trust]); Magnum 22's API resolves it on each policy check.
-    trustee_domain = make("domain", {"name": "magnum"})
-    trustee_admin = make("user", {"name": "trustee_domain_admin", "domain_id": trustee_domain,
-                                  "password": SERVICE_PW})
-    _, _, roles = call("GET", f"{url}/roles?name=admin", admin)
-    status, _, _ = call("PUT", f"{url}/domains/{trustee_domain}/users/{trustee_admin}/roles/{roles['roles'][0]['id']}",
-                        admin)
-    assert status == 204
-    tenant = make("project", {"name": "tenant", "domain_id": "default"})
-    alice = make("user", {"name": "alice", "domain_id": "default", "password": USER_PW,
-                          "default_project_id": tenant})
-    grant(tenant, alice, "member")
-
-    def register(service_type, name, endpoint):
-        sid = make("service", {"type": service_type, "name": name})
-        for interface in ("public", "internal", "admin"):
-            make("endpoint", {"service_id": sid, "interface": interface, "url": endpoint,
-                              "region_id": "RegionOne"})
-        return sid
-
-    def unregister(sid):
-        """Out of the catalog (Keystone deletes the service's endpoints with it)."""
-        token, _ = password_token(url, "admin", admin_pw, project_name="admin")
-        status, _, _ = call("DELETE", f"{url}/services/{sid}", token)
-        assert status == 204, status
-
-    return dict(url=url, dir=d, admin_token=admin, admin_pw=admin_pw, tenant=tenant, alice=alice,
-                register=register, unregister=unregister, stop=lambda: subprocess.run([KEYSTONE, "stop", str(d)], timeout=30))
-
-
-IMAGES = [("ubuntu-2204-kube-v1.30.4", "ubuntu"), ("ubuntu-2204-kube-v1.31.1", "ubuntu"),
-          ("flatcar-kube-v1.30.4", "flatcar"), ("no-distro", None)]
-FLAVORS = [("m1.small", 2, 4096, 20), ("m1.medium", 4, 8192, 40)]
-KEYPAIR = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGfJv3b0Jd6Xb1kVx5l0Xo8wYc7bQm8hX0W8X9kqYh9u alice"
-_clouds = iter(range(1 << 30))
-
-
-MANILA_SHARE_TYPES = ("default", "Gold NFS")
-
-
-def start_cloud(tmp, ks, manila=False):
-    """Glance, Nova and Neutron registered in `ks`'s catalog, holding what
-    the tests' templates name: public images (with `os_distro`, one
-    without), the flavors, the external network `public`, and alice's
-    keypair `mykey`. `manila`: Manila's API too, with the public share
-    types MANILA_SHARE_TYPES an operator made."""
-    n = f"{os.getpid()}_{next(_clouds)}"
-    cloud_extra = {}
-    for sub in ("neutron", "glance", "nova"):
-        (tmp / sub).mkdir()
-    url = ks["url"]
-    admin, _ = password_token(url, "admin", ks["admin_pw"], project_name="admin")
-    # One worker: magnum-api only reads the external network.
-    neutron = Neutron(tmp / "neutron", f"e2e_neutron_{n}", url, SERVICE_PW, workers=1)
-    services = [neutron]
-    try:
-        glance = Glance(tmp / "glance", f"e2e_glance_{n}", url, SERVICE_PW)
-        services.append(glance)
-        vhost = new_vhost("nova")
-        nova = Nova(tmp / "nova", f"e2e_nova_{n}", vhost, url, SERVICE_PW)
-        services.append(nova)
-        ks["register"]("image", "glance", glance.url)
-        ks["register"]("compute", "nova", nova.url)
-        ks["register"]("network", "neutron", neutron.url)
-
-        def ok(status_body, *codes):
-            status, _, body = status_body
-            assert status in codes, (status, body)
-            return body
-        # The cloud's external network, as an operator makes it.
-        public = ok(call("POST", f"{neutron.url}/v2.0/networks", admin, {"network": {
-            "name": "public", "router:external": True, "provider:network_type": "flat",
-            "provider:physical_network": "public", "project_id": "a0" * 16}}), 201)["network"]["id"]
-        ok(call("POST", f"{neutron.url}/v2.0/subnets", admin, {"subnet": {
-            "network_id": public, "cidr": "172.24.4.0/24", "ip_version": 4, "project_id": "a0" * 16}}), 201)
-        for name, distro in IMAGES:
-            body = {"name": name, "visibility": "public", "container_format": "bare", "disk_format": "qcow2"}
-            if distro:
-                body["os_distro"] = distro
-            ok(call("POST", f"{glance.url}/v2/images", admin, body), 201)
-        for name, vcpus, ram, disk in FLAVORS:
-            ok(call("POST", f"{nova.url}/flavors", admin, {"flavor": {
-                "name": name, "vcpus": vcpus, "ram": ram, "disk": disk}}), 200)
-        alice, _ = password_token(url, "alice", USER_PW, project_id=ks["tenant"])
-        ok(call("POST", f"{nova.url}/os-keypairs", alice, {"keypair": {"name": "mykey", "public_key": KEYPAIR}}), 200)
-        if manila:
-            (tmp / "manila").mkdir()
-            share = Manila(tmp / "manila", f"e2e_manila_{n}", vhost, url, SERVICE_PW)
-            services.append(share)
-            cloud_extra["manila"] = share
-            ks["register"]("sharev2", "manilav2", share.url)
-            for name in MANILA_SHARE_TYPES:
-                ok(call("POST", f"{share.url}/types", admin, {"share_type": {
-                    "name": name, "share_type_access:is_public": True,
-                    "extra_specs": {"driver_handles_share_servers": "false", "snapshot_support": "true"}}},
-                    {"X-OpenStack-Manila-API-Version": "2.60"}), 200)
-    except BaseException:
-        for service in services:
-            service.stop()
-        raise
-    return dict(services=services, neutron=neutron, glance=glance, nova=nova, public=public, vhost=vhost,
-                **cloud_extra)
-
-
-def shared_cloud(tmp, manila=False):
-    """Keystone with Glance, Nova and Neutron (and Manila), for several
-    ApiEnvs in turn (each registers its magnum-api and takes it out of the
-    catalog when it closes): `stop_shared_cloud` ends them."""
-    ks = keystone_start(tmp)
-    try:
-        return dict(ks=ks, cloud=start_cloud(tmp, ks, manila=manila))
-    except BaseException:
-        ks["stop"]()
-        raise
-
-
-def stop_shared_cloud(shared):
-    for service in shared["cloud"]["services"]:
-        service.stop()
-    rabbitmqctl("delete_vhost", shared["cloud"]["vhost"])
-    shared["ks"]["stop"]()
+KEYPAIR = ("mykey", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGfJv3b0Jd6Xb1kVx5l0Xo8wYc7bQm8hX0W8X9kqYh9u alice")
 
 
 class ApiEnv:
     def __init__(self, tmp, release="23", mode="console", line="v1beta2", workload_apiservers=False,
-                 api_conf_extra="", shared=None, workload_netns=False, cloud_cleanup=False,
-                 conductor_capi_extra=""):
-        """`shared`: a `shared_cloud` to use (else one of its own);
-        `conductor_capi_extra`: more options of our conductor's `[capi]`; `workload_netns`:
-        capi-sim runs the apiservers of clusters without an API floating IP
-        inside their tenant networks' namespaces (root)."""
+                 api_conf_extra="", workload_netns=False, cloud_cleanup=False, conductor_capi_extra=""):
+        """In the run's cloud (shared_cloud.py): a project and user of its
+        own (alice's, with her keypair `mykey`), its magnum-api in a
+        catalog region of its own. `conductor_capi_extra`: more options of
+        our conductor's `[capi]`; `workload_netns`: capi-sim runs the
+        apiservers of clusters without an API floating IP inside their
+        tenant networks' namespaces (root)."""
         self.tmp, self.release, self.mode = tmp, release, mode
         self.venv = API_VENVS[release]
         assert os.path.exists(os.path.join(self.venv, "bin", "magnum-api")), \
             f"{self.venv}: run scripts/setup-env.sh"
         self.procs = []
-        self.shared = shared or shared_cloud(tmp)
-        self.own_cloud = shared is None
+        self.cloud = shared_cloud.get()
         try:
             self.conductor_capi_extra = conductor_capi_extra
             self._start(tmp, release, line, workload_apiservers, api_conf_extra, workload_netns, cloud_cleanup)
         except BaseException:
-            # Leave nothing behind, above all not this magnum-api's endpoint in
-            # a shared catalog: the next ApiEnv's client would find it first
-            # and be refused (a CI failure once, after a control plane was
-            # slow to start here).
+            # Leave nothing behind, above all not this magnum-api's region
+            # in the shared catalog.
             self.close()
             raise
 
     def _start(self, tmp, release, line, workload_apiservers, api_conf_extra, workload_netns, cloud_cleanup):
-        self.ks, self.cloud = self.shared["ks"], self.shared["cloud"]
+        t = self.cloud.tenant("alice", USER_PW, keypair=KEYPAIR)
         self.api_port = free_port()
         self.api_url = f"http://127.0.0.1:{self.api_port}"
-        self.magnum_service = self.ks["register"]("container-infra", "magnum", f"{self.api_url}/v1")
+        self.region = self.cloud.region("api", **{"container-infra": f"{self.api_url}/v1"})
+        # What the tests read of the user and her cloud.
+        self.ks = dict(url=self.cloud.keystone_url, admin_pw=self.cloud.admin_pw, tenant=t["project"],
+                       alice=t["user"], user=t["user_name"], project=t["project_name"], region=self.region)
         self.sim = Sim(tmp, line, 20, workload_apiservers=workload_apiservers or workload_netns,
                        workload_netns=workload_netns)
         self.vhost = new_vhost("e2e")
@@ -288,11 +147,13 @@ class ApiEnv:
                 time.sleep(0.2)
         raise AssertionError("magnum-api did not answer")
 
-    def openstack(self, *args, ok=True, user="alice", password=USER_PW, project="tenant"):
-        """`openstack <args> [-f json]` as the user; returns (rc, parsed or text, stderr)."""
-        env = dict(os.environ, OS_AUTH_URL=self.ks["url"], OS_USERNAME=user, OS_PASSWORD=password,
-                   OS_PROJECT_NAME=project, OS_USER_DOMAIN_ID="default", OS_PROJECT_DOMAIN_ID="default",
-                   OS_IDENTITY_API_VERSION="3", OS_REGION_NAME="RegionOne", OS_INTERFACE="public",
+    def openstack(self, *args, ok=True, user=None, password=USER_PW, project=None):
+        """`openstack <args> [-f json]` as the user (alice unless named), in
+        this magnum-api's region; returns (rc, parsed or text, stderr)."""
+        env = dict(os.environ, OS_AUTH_URL=self.ks["url"], OS_USERNAME=user or self.ks["user"],
+                   OS_PASSWORD=password, OS_PROJECT_NAME=project or self.ks["project"],
+                   OS_USER_DOMAIN_ID="default", OS_PROJECT_DOMAIN_ID="default",
+                   OS_IDENTITY_API_VERSION="3", OS_REGION_NAME=self.region, OS_INTERFACE="public",
                    PYTHONWARNINGS="ignore")
         # `coe cluster config` reads os.environ["SHELL"] to pick the export
         # syntax (magnumclient.common.utils); a login shell always sets it,
@@ -325,7 +186,7 @@ class ApiEnv:
         """GET magnum-api's `/v1<path>` as alice, as her CLI sends it (the
         newest microversion): (status, body)."""
         if getattr(self, "_alice_token", None) is None or time.time() > self._alice_token[1]:
-            token, _ = password_token(self.ks["url"], "alice", USER_PW, project_id=self.ks["tenant"])
+            token, _ = password_token(self.ks["url"], self.ks["user"], USER_PW, project_id=self.ks["tenant"])
             self._alice_token = (token, time.time() + 1800)
         status, _, body = call("GET", f"{self.api_url}/v1{path}", self._alice_token[0],
                                headers={"OpenStack-API-Version": "container-infra latest"})
@@ -387,10 +248,10 @@ class ApiEnv:
         rc = self.conductor.stop() if hasattr(self, "conductor") else None
         if hasattr(self, "sim"):
             self.sim.stop()
-        if self.own_cloud:
-            stop_shared_cloud(self.shared)
-        elif hasattr(self, "magnum_service"):
-            self.ks["unregister"](self.magnum_service)
+        if getattr(self, "region", None):
+            self.cloud.drop_region(self.region)
         if hasattr(self, "vhost"):
             rabbitmqctl("delete_vhost", self.vhost)
+        # Nothing of this test's reached another project.
+        self.cloud.check_untouched()
         return rc

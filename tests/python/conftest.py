@@ -5,6 +5,7 @@ import atexit
 import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -66,6 +67,27 @@ def broker_needed():
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "broker_outage: the test stops the shared RabbitMQ (runs last, exclusively)")
+    # The run's OpenStack services (tests/python/shared_cloud.py): those
+    # scripts/test-all.sh started when it names them, else started by the
+    # first test process that asks and stopped when this run ends. Set here,
+    # in the main process, before pytest-xdist starts its workers (which
+    # inherit the environment).
+    if "PYTEST_XDIST_WORKER" not in os.environ and not os.environ.get("MC_SHARED_CLOUD"):
+        d = tempfile.mkdtemp(prefix="mc-shared-cloud-")
+        os.environ["MC_SHARED_CLOUD"] = d
+        os.environ["MC_SHARED_CLOUD_PARENT"] = str(os.getpid())
+        config._mc_own_cloud = d
+
+
+def pytest_unconfigure(config):
+    d = getattr(config, "_mc_own_cloud", None)
+    if d:
+        import shared_cloud
+        shared_cloud.stop_started(d)
+        if _any_failed:
+            _tell(f"the run's OpenStack services' logs: {d}")
+        else:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 # The modules in the order of their measured wall time, longest first
@@ -121,8 +143,12 @@ def pytest_runtest_logfinish(nodeid, location):
     _started.pop(nodeid, None)
 
 
+_any_failed = []
+
+
 def pytest_runtest_logreport(report):
     if report.failed and _MAIN:
+        _any_failed.append(report.nodeid)
         _tell(f"FAILED {report.nodeid} ({report.when}, after {report.duration:.0f} s)")
 
 

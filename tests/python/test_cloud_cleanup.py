@@ -1,7 +1,9 @@
 """A delete leaves nothing of the cluster's in OpenStack, and nothing else
 is touched (issue 29), against a real Keystone (30.0.0) and the real
 Neutron (29.0.0), Octavia (19.0.0) and Cinder (29.0.0) in its catalog
-(tests/python/openstack_services.py), on both CAPI lines (v1beta2:
+(the run's, tests/python/shared_cloud.py: this module's tenant is its own,
+and another tenant's resources named as a pre-identity cluster's must
+survive every module's clean-ups), on both CAPI lines (v1beta2:
 test_cloud_cleanup_v1beta2.py, the same tests).
 
 The conductor creates the cluster's application credential (per cluster,
@@ -31,7 +33,6 @@ extends ours, a pre-identity cluster's (`kubernetes`) and the project's
 own."""
 import base64
 import json
-import os
 import subprocess
 import time
 import uuid as uuidlib
@@ -39,66 +40,56 @@ import uuid as uuidlib
 import pytest
 
 import helm_charts
-from conftest import new_vhost
-from openstack_services import Cinder, Neutron, Octavia
+import shared_cloud
 from test_lifecycle import Env
-from test_lifecycle_keystone import KEYSTONE, call, password_token, start_keystone, user_with_role
+from test_lifecycle_keystone import call, password_token
 from test_lifecycle_restart import died
 
-ADMIN_PROJECT = "a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0"
 CSI_KEY = "cinder.csi.openstack.org/cluster"
 FINALIZER = "magnum.openstack.org/cloud-cleanup"
 
 
+class Stalls:
+    """The suite's Octavia provider holding deletions of this module's load
+    balancers (shared_cloud.Cloud.octavia_stall): only its own are let go."""
+
+    def __init__(self, shared):
+        self.shared, self.held = shared, set()
+
+    def stall(self, lb_id):
+        self.shared.octavia_stall(lb_id)
+        self.held.add(lb_id)
+
+    def release(self, lb_id):
+        self.shared.octavia_release(lb_id)
+        self.held.discard(lb_id)
+
+    def release_all(self):
+        for lb in list(self.held):
+            self.release(lb)
+
+
 @pytest.fixture(scope="module")
-def cloud(tmp_path_factory):
-    d = tmp_path_factory.mktemp("keystone")
-    url, admin_pw, admin = start_keystone(d)
-    # The services' users, as a deployment makes them: admin on `service`.
-    service, _ = user_with_role(url, admin, "service", "cinder", "cinder-pw", "admin")
-    _, _, roles = call("GET", f"{url}/roles?name=admin", admin)
-    for name in ("neutron", "octavia"):
-        status, _, u = call("POST", f"{url}/users", admin, {"user": {"name": name, "domain_id": "default",
-                                                                   "password": f"{name}-pw"}})
-        assert status == 201
-        status, _, _ = call("PUT", f"{url}/projects/{service}/users/{u['user']['id']}/roles/{roles['roles'][0]['id']}",
-                            admin)
-        assert status == 204
-    neutron = Neutron(tmp_path_factory.mktemp("neutron"), f"neutron_cleanup_{os.getpid()}", url, "neutron-pw")
-    octavia = Octavia(tmp_path_factory.mktemp("octavia"), f"octavia_cleanup_{os.getpid()}", neutron=neutron.url,
-                      keystone_url=url, password="octavia-pw")
-    cinder = Cinder(tmp_path_factory.mktemp("cinder"), f"cinder_cleanup_{os.getpid()}", new_vhost("cinder"),
-                    url, "cinder-pw")
-    for kind, name, where in (("network", "neutron", neutron.url), ("load-balancer", "octavia", octavia.url),
-                              ("block-storage", "cinderv3", cinder.url + "/$(project_id)s")):
-        status, _, svc = call("POST", f"{url}/services", admin, {"service": {"type": kind, "name": name}})
-        assert status == 201
-        for iface in ("public", "internal"):
-            status, _, _ = call("POST", f"{url}/endpoints", admin, {"endpoint": {
-                "service_id": svc["service"]["id"], "interface": iface, "url": where, "region_id": "RegionOne"}})
-            assert status == 201
-    project, user = user_with_role(url, admin, "tenant", "alice", "alice-pw", "member")
-    c = dict(url=url, admin_pw=admin_pw, project=project, user=user,
-             neutron=neutron.url, octavia=octavia.url, lbaas=octavia, cinder=f"{cinder.url}/{project}")
-    c["token"], _ = password_token(url, "alice", "alice-pw", project_id=c["project"])
-    c["admin"] = admin
-    # The cloud's external network, as an operator makes it (the cloud
-    # admin's token); a tenant network for load balancer VIPs (alice's).
-    c["public"] = api(c, "neutron", "POST", "/v2.0/networks", {"network": {
-        "name": "public", "router:external": True, "provider:network_type": "flat",
-        "provider:physical_network": "public", "project_id": ADMIN_PROJECT}}, admin=True)["network"]["id"]
-    api(c, "neutron", "POST", "/v2.0/subnets", {"subnet": {"network_id": c["public"], "cidr": "172.24.4.0/24",
-                                                           "ip_version": 4, "project_id": ADMIN_PROJECT}},
-        admin=True)
+def cloud():
+    """The run's Keystone, Neutron, Octavia and Cinder (shared_cloud.py):
+    alice and her project are this module's own."""
+    shared = shared_cloud.get()
+    t = shared.tenant("alice", "alice-pw")
+    project, url = t["project"], shared.keystone_url
+    c = dict(url=url, admin_pw=shared.admin_pw, project=project, user=t["user"], user_name=t["user_name"],
+             neutron=shared.neutron, octavia=shared.octavia, lbaas=Stalls(shared),
+             cinder=f"{shared.cinder}/{project}", public=shared.public)
+    c["token"], _ = password_token(url, t["user_name"], "alice-pw", project_id=c["project"])
+    c["admin"] = shared.admin_token()
+    # A tenant network for load balancer VIPs (alice's).
     c["tenant"] = api(c, "neutron", "POST", "/v2.0/networks", {"network": {
         "name": "tenant", "project_id": c["project"]}})["network"]["id"]
     api(c, "neutron", "POST", "/v2.0/subnets", {"subnet": {"network_id": c["tenant"], "cidr": "10.9.0.0/24",
                                                            "ip_version": 4, "project_id": c["project"]}})
     yield c
-    cinder.stop()
-    octavia.stop()
-    neutron.stop()
-    subprocess.run([KEYSTONE, "stop", str(d)], timeout=30)
+    c["lbaas"].release_all()
+    # Nothing of this module's reached another project.
+    shared.check_untouched()
 
 
 def api(c, service, method, path, body=None, ok=(200, 201, 202, 204), admin=False):
@@ -112,7 +103,7 @@ def api(c, service, method, path, body=None, ok=(200, 201, 202, 204), admin=Fals
 
 def line_env(cloud, tmp_path_factory, line):
     """The conductor and capi-sim (with OpenStack) on `line`."""
-    token, body = password_token(cloud["url"], "alice", "alice-pw", project_id=cloud["project"])
+    token, body = password_token(cloud["url"], cloud["user_name"], "alice-pw", project_id=cloud["project"])
     # The clean-up's timeout: long enough for a loaded CI machine's
     # Octavia to finish deleting, short enough to reach DELETE_FAILED.
     conf = (f"cloud_cleanup_timeout = 60\n\n[keystone_auth]\nauth_url = {cloud['url']}\nusername = admin\n"
@@ -349,8 +340,7 @@ def as_sets(triples):
 
 def cleanup_all(c):
     """Remove what a test left in the project (the next test starts empty)."""
-    for lb in os.listdir(os.path.join(c["lbaas"].dir, "stall")):
-        c["lbaas"].release(lb)
+    c["lbaas"].release_all()
     vols, snaps = storage(c)
     for s in snaps:
         api(c, "cinder", "DELETE", f"/snapshots/{s}", ok=(202, 404))

@@ -1,8 +1,8 @@
 """test_cloud_cleanup.py's tests on the v1beta2 line (CAPI 1.14, CAPO 0.14):
 the same functions and fixtures, a module of its own so that the two lines
 run in two test processes at once (together they were the suite's longest
-module, issue 48). Its own Keystone, Neutron, Octavia and Cinder (the
-module-scoped `cloud`); the variants that run on v1beta1 skip here, as the
+module, issue 48). Its own tenant in the run's Keystone, Neutron, Octavia
+and Cinder (the module-scoped `cloud`); the variants that run on v1beta1 skip here, as the
 v1beta2 ones skip there (`on_line`)."""
 import pytest
 

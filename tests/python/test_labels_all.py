@@ -1,6 +1,6 @@
 """Every label this conductor implements, at once (issue 32): one template
 through the real magnum-api (23.0.0) with the real Keystone, Nova, Glance
-and Neutron of api_env.shared_cloud (and Manila's), on the v1beta2 line (each
+and Neutron of the run's cloud (shared_cloud.py; and Manila's), on the v1beta2 line (each
 label's objects on both lines: conductor/tests/render_valid.rs).
 
 The cluster reaches CREATE_COMPLETE with nothing ignored in its
@@ -36,7 +36,8 @@ import time
 import pytest
 
 import helm_charts
-from api_env import MANILA_SHARE_TYPES, ApiEnv, shared_cloud, stop_shared_cloud
+from api_env import USER_PW, ApiEnv
+from shared_cloud import MANILA_SHARE_TYPES
 from test_api_proxy import apiserver_flags
 from test_lifecycle_keystone import call, password_token
 
@@ -100,19 +101,12 @@ LABELS = {
 INFRA = "infrastructure.cluster.x-k8s.io/v1beta1"
 
 
-@pytest.fixture(scope="module")
-def cloud(tmp_path_factory):
-    shared = shared_cloud(tmp_path_factory.mktemp("labels-cloud"), manila=True)
-    yield shared
-    stop_shared_cloud(shared)
-
-
 # One CAPI line: every label's rendering is checked on both lines' CRDs by
 # conductor/tests/render_valid.rs; this is the whole path through the real
 # magnum-api and cloud, which does not depend on the line (and costs ~5
 # minutes of the CI's budget per line).
 @pytest.fixture(scope="module", params=["v1beta2"])
-def env(request, tmp_path_factory, cloud):
+def env(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(f"labels-{request.param}")
     # A private CA (`[capi] ca_file`): what each cloud.conf names must be
     # where its pod finds it. The test cloud is plain HTTP: only its path
@@ -121,7 +115,7 @@ def env(request, tmp_path_factory, cloud):
                     "-subj", "/CN=test private CA", "-keyout", str(tmp / "ca.key"), "-out", str(tmp / "ca.pem")],
                    check=True, capture_output=True)
     e = ApiEnv(tmp, "23", "console", request.param,
-               workload_apiservers=True, shared=cloud, cloud_cleanup=True,
+               workload_apiservers=True, cloud_cleanup=True,
                conductor_capi_extra=f"ca_file = {tmp / 'ca.pem'}\nregion_name = RegionOne\n")
     e.ca_pem = (tmp / "ca.pem").read_text()
     e.line = request.param
@@ -239,8 +233,8 @@ def args_of(v):
 
 def server_groups(env):
     """The tenant's server groups, as alice sees them in Nova."""
-    token, _ = password_token(env.ks["url"], "alice", "alice-secret-pw", project_id=env.ks["tenant"])
-    status, _, body = call("GET", f"{env.cloud['nova'].url}/os-server-groups", token)
+    token, _ = password_token(env.ks["url"], env.ks["user"], USER_PW, project_id=env.ks["tenant"])
+    status, _, body = call("GET", f"{env.cloud.nova}/os-server-groups", token)
     assert status == 200, body
     return {g["name"]: g for g in body["server_groups"]}
 
@@ -250,14 +244,14 @@ MANILA = {"X-OpenStack-Manila-API-Version": "2.60"}
 
 def manila_shares(env, token):
     """The project's Manila shares, by name."""
-    status, _, body = call("GET", f"{env.cloud['manila'].url}/shares/detail", token, headers=MANILA)
+    status, _, body = call("GET", f"{env.cloud.manila}/shares/detail", token, headers=MANILA)
     assert status == 200, status
     return {s["name"]: s for s in body["shares"]}
 
 
 def manila_snapshots(env, token):
     """The project's Manila share snapshots, by name."""
-    status, _, body = call("GET", f"{env.cloud['manila'].url}/snapshots/detail", token, headers=MANILA)
+    status, _, body = call("GET", f"{env.cloud.manila}/snapshots/detail", token, headers=MANILA)
     assert status == 200, status
     return {s["name"]: s for s in body["snapshots"]}
 
@@ -446,12 +440,12 @@ def test_every_implemented_label_at_once(env):
     # Shares as Manila CSI makes them for this cluster's claims (its
     # `clusterID` in their metadata), and one of another cluster's, made by
     # the real Manila (its dummy backend) in the cluster's project.
-    alice, _ = password_token(env.ks["url"], "alice", "alice-secret-pw", project_id=env.ks["tenant"])
+    alice, _ = password_token(env.ks["url"], env.ks["user"], USER_PW, project_id=env.ks["tenant"])
     made = {f"pvc-{uuid[:8]}": {"manila.csi.openstack.org/cluster": uuid},
             f"pvc-kept-{uuid[:8]}": {"manila.csi.openstack.org/cluster": uuid, "magnum.openstack.org/keep": "true"},
             f"pvc-other-{uuid[:8]}": {"manila.csi.openstack.org/cluster": "7c2e1d4f-7a6f-4e64-8a5b-3a3b7d2c9f12"}}
     for name, metadata in made.items():
-        status, _, body = call("POST", f"{env.cloud['manila'].url}/shares", alice, {"share": {
+        status, _, body = call("POST", f"{env.cloud.manila}/shares", alice, {"share": {
             "share_proto": "NFS", "size": 1, "name": name, "share_type": "default",
             "metadata": metadata}}, MANILA)
         assert status in (200, 202), (status, body)
@@ -466,7 +460,7 @@ def test_every_implemented_label_at_once(env):
     shares = manila_shares(env, alice)
     snaps = {f"snapshot-{n}": shares[n]["id"] for n in made}
     for name, share_id in snaps.items():
-        status, _, body = call("POST", f"{env.cloud['manila'].url}/snapshots", alice, {"snapshot": {
+        status, _, body = call("POST", f"{env.cloud.manila}/snapshots", alice, {"snapshot": {
             "share_id": share_id, "name": name, "description": "snapshotted-by=manila.csi.openstack.org"}},
             MANILA)
         assert status == 202, (status, body)
@@ -489,7 +483,7 @@ def test_every_implemented_label_at_once(env):
     assert sorted(have_snaps) == [f"snapshot-pvc-kept-{uuid[:8]}", f"snapshot-pvc-other-{uuid[:8]}"], have_snaps
     for snap in have_snaps.values():
         assert snap["status"] == "available", snap
-        status, _, _ = call("DELETE", f"{env.cloud['manila'].url}/snapshots/{snap['id']}", alice, headers=MANILA)
+        status, _, _ = call("DELETE", f"{env.cloud.manila}/snapshots/{snap['id']}", alice, headers=MANILA)
         assert status == 202, status
     deadline = time.time() + 60
     while manila_snapshots(env, alice):
@@ -497,7 +491,7 @@ def test_every_implemented_label_at_once(env):
         time.sleep(0.5)
     for name in (f"pvc-kept-{uuid[:8]}", f"pvc-other-{uuid[:8]}"):
         assert have[name]["status"] == "available", have[name]
-        status, _, _ = call("DELETE", f"{env.cloud['manila'].url}/shares/{have[name]['id']}", alice,
+        status, _, _ = call("DELETE", f"{env.cloud.manila}/shares/{have[name]['id']}", alice,
                             headers=MANILA)
         assert status == 202, status
     assert env.sim.items(env.sim.capi, "clusters", sel, ns=ns) == []

@@ -47,12 +47,15 @@ def password_token(url, user, password, project_id=None, project_name=None):
     return headers["X-Subject-Token"], body
 
 
-def start_keystone(d):
+def start_keystone(d, database=None):
     """scripts/keystone.sh start in directory `d`: (url, admin password,
-    an admin token)."""
+    an admin token). `database`: its connection URL (an empty database;
+    SQLite in `d` otherwise)."""
     count("keystone")
     port = free_port()
-    out = subprocess.run([KEYSTONE, "start", str(d), str(port)], capture_output=True, text=True, timeout=300)
+    env = dict(os.environ, KEYSTONE_DATABASE=database) if database else None
+    out = subprocess.run([KEYSTONE, "start", str(d), str(port)], capture_output=True, text=True, timeout=300,
+                         env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     url = out.stdout.strip().split("=", 1)[1]
     admin_pw = (d / "admin-password").read_text().strip()

@@ -6,9 +6,10 @@ What it runs against, nothing of ours standing in for Magnum or OpenStack's
 identity:
 - the real magnum-api 23.0.0 as a WSGI application, our driver package
   installed as an operator installs it, behind keystonemiddleware;
-- a real Keystone (scripts/keystone.sh); tempest makes its users and
-  projects there itself (dynamic credentials, as in the gate);
-- the real Glance 33 and Nova 34 APIs and Neutron 29 (api_env.start_cloud:
+- the run's real Keystone (scripts/keystone.sh, shared_cloud.py); tempest
+  makes its users and projects there itself (dynamic credentials, as in the
+  gate), and finds everything in its magnum-api's catalog region;
+- the run's real Glance 33 and Nova 34 APIs and Neutron 29 (shared_cloud.py:
   the images, flavors and external network the plugin's templates name;
   tempest's users make and delete their keypairs in that Nova themselves);
 - this conductor, on a real kube-apiserver with the v1beta2 line's CRDs
@@ -87,7 +88,7 @@ def cloud(tmp_path_factory):
         ws = tmp / "workspace"
         subprocess.run([tempest, "init", "--workspace-path", str(tmp / "workspaces.yaml"), str(ws)],
                        check=True, capture_output=True, timeout=120)
-        admin_pw = (env.ks["dir"] / "admin-password").read_text().strip()
+        admin_pw = env.ks["admin_pw"]
         (ws / "etc" / "tempest.conf").write_text(f"""[DEFAULT]
 log_file = {ws}/tempest.log
 debug = true
@@ -101,7 +102,7 @@ admin_domain_name = Default
 [identity]
 uri_v3 = {env.ks['url']}
 auth_version = v3
-region = RegionOne
+region = {env.region}
 v3_endpoint_type = public
 [service_available]
 magnum = true
@@ -111,7 +112,7 @@ neutron = false
 cinder = false
 swift = false
 [compute]
-region = RegionOne
+region = {env.region}
 endpoint_type = publicURL
 [magnum]
 image_id = ubuntu-2204-kube-v1.30.4
