@@ -59,10 +59,13 @@ KEYPAIR = ("mykey", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGfJv3b0Jd6Xb1kVx5l0Xo8
 
 class ApiEnv:
     def __init__(self, tmp, release="23", mode="console", line="v1beta2", workload_apiservers=False,
-                 api_conf_extra="", workload_netns=False, cloud_cleanup=False, conductor_capi_extra=""):
+                 api_conf_extra="", workload_netns=False, cloud_cleanup=False, conductor_capi_extra="",
+                 region_services=()):
         """In the run's cloud (shared_cloud.py): a project and user of its
         own (alice's, with her keypair `mykey`), its magnum-api in a
-        catalog region of its own. `conductor_capi_extra`: more options of
+        catalog region of its own, with the cloud's services of the types in
+        `region_services` (the user's CLI looks up only container-infra
+        there; tempest every service it uses). `conductor_capi_extra`: more options of
         our conductor's `[capi]`; `workload_netns`: capi-sim runs the
         apiservers of clusters without an API floating IP inside their
         tenant networks' namespaces (root)."""
@@ -74,18 +77,20 @@ class ApiEnv:
         self.cloud = shared_cloud.get()
         try:
             self.conductor_capi_extra = conductor_capi_extra
-            self._start(tmp, release, line, workload_apiservers, api_conf_extra, workload_netns, cloud_cleanup)
+            self._start(tmp, release, line, workload_apiservers, api_conf_extra, workload_netns, cloud_cleanup,
+                        region_services)
         except BaseException:
             # Leave nothing behind, above all not this magnum-api's region
             # in the shared catalog.
             self.close()
             raise
 
-    def _start(self, tmp, release, line, workload_apiservers, api_conf_extra, workload_netns, cloud_cleanup):
+    def _start(self, tmp, release, line, workload_apiservers, api_conf_extra, workload_netns, cloud_cleanup,
+               region_services):
         t = self.cloud.tenant("alice", USER_PW, keypair=KEYPAIR)
         self.api_port = free_port()
         self.api_url = f"http://127.0.0.1:{self.api_port}"
-        self.region = self.cloud.region("api", **{"container-infra": f"{self.api_url}/v1"})
+        self.region = self.cloud.region("api", copy=region_services, **{"container-infra": f"{self.api_url}/v1"})
         # What the tests read of the user and her cloud.
         self.ks = dict(url=self.cloud.keystone_url, admin_pw=self.cloud.admin_pw, tenant=t["project"],
                        alice=t["user"], user=t["user_name"], project=t["project_name"], region=self.region)

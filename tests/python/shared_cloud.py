@@ -58,6 +58,9 @@ MANILA_SHARE_TYPES = ("default", "Gold NFS")
 # Who validates tokens as which user (each service's keystonemiddleware),
 # and magnum-api's own.
 SERVICE_USERS = ("magnum", "glance", "nova", "neutron", "manila", "octavia", "cinder")
+# The interfaces the clients here use (public: users, magnum-api's clients;
+# internal: a conductor configured so).
+INTERFACES = ("public", "internal")
 
 
 def _ks():
@@ -131,22 +134,27 @@ class Cloud:
                       {"keypair": {"name": keypair[0], "public_key": keypair[1]}}, token=token)
         return t
 
-    def region(self, prefix, **extra):
-        """A catalog region of its own holding every service of the cloud
-        (the same endpoints as RegionOne's) and `extra` (service type ->
-        URL, e.g. a magnum-api's container-infra): its name. `drop_region`
-        takes it out."""
+    def region(self, prefix, copy=(), **extra):
+        """A catalog region of its own holding `extra` (service type -> URL,
+        e.g. a magnum-api's container-infra) and the cloud's services of
+        the types in `copy` (RegionOne's endpoints: for a client that looks
+        every service up in its one region, as tempest does): its name.
+        `drop_region` takes it out. (Every endpoint is in every token's
+        catalog, which Keystone builds anew for each token it issues or
+        validates: a region holds only what its clients look up there.)"""
         region = self._name(prefix)
         self.call("POST", f"{self.keystone_url}/regions", {"region": {"id": region}})
-        for e in self.call("GET", f"{self.keystone_url}/endpoints")["endpoints"]:
-            if e["region_id"] == "RegionOne":
-                self.call("POST", f"{self.keystone_url}/endpoints", {"endpoint": {
-                    "service_id": e["service_id"], "interface": e["interface"], "url": e["url"],
-                    "region_id": region}})
+        if copy:
+            services = {s["id"]: s["type"] for s in self.call("GET", f"{self.keystone_url}/services")["services"]}
+            for e in self.call("GET", f"{self.keystone_url}/endpoints")["endpoints"]:
+                if e["region_id"] == "RegionOne" and services.get(e["service_id"]) in copy:
+                    self.call("POST", f"{self.keystone_url}/endpoints", {"endpoint": {
+                        "service_id": e["service_id"], "interface": e["interface"], "url": e["url"],
+                        "region_id": region}})
         for kind, url in extra.items():
             sid = self.call("POST", f"{self.keystone_url}/services",
                             {"service": {"type": kind, "name": f"{kind}-{region}"}})["service"]["id"]
-            for interface in ("public", "internal", "admin"):
+            for interface in INTERFACES:
                 self.call("POST", f"{self.keystone_url}/endpoints", {"endpoint": {
                     "service_id": sid, "interface": interface, "url": url, "region_id": region}})
         return region
@@ -391,7 +399,7 @@ def launch(d, started, cleanup):
         sid = make("service", {"type": kind, "name": names[kind]})
         # Cinder's catalog URL names the project, as deployments register it.
         where = f"{where}/$(project_id)s" if kind == "block-storage" else where
-        for interface in ("public", "internal", "admin"):
+        for interface in INTERFACES:
             make("endpoint", {"service_id": sid, "interface": interface, "url": where, "region_id": "RegionOne"})
 
     # What the operator makes once: the external network, public images
