@@ -166,8 +166,11 @@ done
 # in PY_WORKERS processes (each module whole in one, its fixtures shared by
 # its tests; every test has its own vhost, database and ports; control
 # planes are reused between a process's modules, wiped: tests/python/k8s.py).
-# The tests that stop RabbitMQ run after them, alone.
-py_workers="${PY_WORKERS:-3}"
+# The tests that stop RabbitMQ run after them, alone. Four: with the run's
+# OpenStack services shared and Keystone's cache on, three processes left
+# the two cores idle 28% of the stage (three did better than four while the
+# stage was CPU-bound, docs/testing.md).
+py_workers="${PY_WORKERS:-4}"
 stage "python interop tests (Magnum 23.0.0 client), $py_workers processes"
 MAGNUM_CONDUCTOR_BIN="$bin_dir/magnum-conductor" \
   "$MAGNUM_VENV/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q --durations=10 tests/python \

@@ -680,7 +680,13 @@ async fn renew_once(
             false
         }
         Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
-            tracing::error!(lease = name, code = e.code, "lease lost");
+            if leases.stopping() {
+                // SIGTERM: `step_down` released it while this renewal was
+                // on its way (a planned hand-over, not a loss).
+                tracing::info!(lease = name, code = e.code, "lease released at shutdown");
+            } else {
+                tracing::error!(lease = name, code = e.code, "lease lost");
+            }
             lost.store(true, Ordering::SeqCst);
             false
         }
