@@ -9,9 +9,17 @@ pids=""
 for key in KCM_PID APISERVER_PID ETCD_PID; do
   pids="$pids $(sed -n "s/^$key=//p" "$dir/env")"
 done
-for p in $pids; do kill "$p" 2>/dev/null; done
+# Only a process still started from DIR (its command line names DIR): one
+# that exited already left its PID free, and on a busy machine (pid_max
+# 32768, thousands of processes a test run) another process may hold it
+# now; a stale PID once killed another test's magnum-api.
+ours() { [ -r "/proc/$1/cmdline" ] && tr '\0' ' ' < "/proc/$1/cmdline" | grep -qF -- "$dir"; }
+live=""
 for p in $pids; do
-  for _ in $(seq 1 40); do kill -0 "$p" 2>/dev/null || break; sleep 0.25; done
-  kill -9 "$p" 2>/dev/null
+  if ours "$p"; then live="$live $p"; kill "$p" 2>/dev/null; fi
+done
+for p in $live; do
+  for _ in $(seq 1 40); do ours "$p" || break; sleep 0.25; done
+  ! ours "$p" || kill -9 "$p" 2>/dev/null
 done
 rm -rf "$dir/etcd" "$dir/env"

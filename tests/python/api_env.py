@@ -244,7 +244,13 @@ class ApiEnv:
     def close(self):
         """Ends what this ApiEnv started, also when it started only part of it."""
         for p in self.procs:
-            if p.poll() is None:
+            if p.poll() is not None:
+                # Gone before its end (-9: killed from outside): said where
+                # its output is, and in the test's output.
+                with open(self.tmp / "magnum-api.out", "a") as f:
+                    f.write(f"\n[test] magnum-api had exited with {p.returncode} before the test's end\n")
+                print(f"magnum-api (pid {p.pid}) had exited with {p.returncode} before the test's end")
+            else:
                 p.terminate()
                 try:
                     p.wait(10)

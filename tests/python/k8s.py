@@ -243,6 +243,9 @@ class ControlPlane:
         pid = int(self.env()["APISERVER_PID"])
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             argv = [a.decode() for a in f.read().split(b"\0") if a]
+        # Still this control plane's apiserver (its PID not another
+        # process's since: scripts/k8s-down.sh).
+        assert any(self.dir in a for a in argv), f"PID {pid} is not {self.dir}'s apiserver: {argv[:3]}"
         os.kill(pid, signal.SIGTERM)
         deadline = time.time() + 10
         while os.path.exists(f"/proc/{pid}") and time.time() < deadline:

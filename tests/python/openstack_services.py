@@ -142,10 +142,14 @@ def stop(procs):
         except ProcessLookupError:
             pass
     for p in procs:
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
+        if p.returncode is not None:
+            continue  # reaped before: its group's id may be another's now
+        # Until it exits, but not reaped: a zombie leader keeps its PID,
+        # the group's id, from being given to another process, so the
+        # SIGKILL below reaches only its own workers and agents.
+        deadline = time.time() + 30
+        while time.time() < deadline and os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:
+            time.sleep(0.1)
         try:
             os.killpg(p.pid, signal.SIGKILL)
         except ProcessLookupError:
