@@ -28,6 +28,7 @@ checks that they are all still there, unchanged, and that nothing was
 added to that project (`Cloud.check_untouched`): a test whose conductor or
 capi-sim reached into another project fails there."""
 import argparse
+import fcntl
 import json
 import os
 import pathlib
@@ -120,13 +121,7 @@ class Cloud:
         password). `keypair`: (name, public key) made in Nova as that user
         (Nova's keypairs are per user)."""
         name = self._name(prefix)
-        project = self.call("POST", f"{self.keystone_url}/projects",
-                            {"project": {"name": name, "domain_id": "default"}})["project"]["id"]
-        user = self.call("POST", f"{self.keystone_url}/users", {"user": {
-            "name": name, "domain_id": "default", "password": password,
-            "default_project_id": project}})["user"]["id"]
-        roles = self.call("GET", f"{self.keystone_url}/roles?name={role}")["roles"]
-        self.call("PUT", f"{self.keystone_url}/projects/{project}/users/{user}/roles/{roles[0]['id']}")
+        project, user = _ks().user_with_role(self.keystone_url, self.admin_token(), name, name, password, role)
         t = dict(project=project, project_name=name, user=user, user_name=name, password=password)
         if keypair:
             token, _ = _ks().password_token(self.keystone_url, name, password, project_id=project)
@@ -240,7 +235,6 @@ def get(timeout=900):
 def start_once(d):
     """The launcher, in the background, unless one was started for `d`
     (by this run's first process to ask, or by scripts/test-all.sh)."""
-    import fcntl
     with open(os.path.join(d, "lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if os.path.exists(os.path.join(d, "pid")):
