@@ -66,6 +66,11 @@ finish() {
       echo "(their logs: $MC_SHARED_CLOUD)"
     fi
   fi
+  # A process gone without a word may be the kernel's doing.
+  if [ "$rc" != 0 ] && dmesg 2>/dev/null | grep -iE "out of memory|killed process" | tail -n 20 | grep -q .; then
+    echo "== the kernel's out-of-memory kills during the run:"
+    dmesg | grep -iE "out of memory|killed process" | tail -n 20
+  fi
   [ -z "${bin_dir:-}" ] || rm -rf "$bin_dir"
   [ -z "${release_dir:-}" ] || rm -rf "$release_dir"
   printf 'end\t%s\n' "$(date +%s.%N)" >> "$MC_SUITE_TIMING_DIR/stages.tsv"
@@ -137,9 +142,6 @@ MAGNUM_CONDUCTOR_BIN="$release_dir/magnum-conductor" \
   tests/python/test_tempest.py >"$tempest_log" 2>&1 &
 tempest_pid=$!
 bg_pids=("$demo_pid" "$tempest_pid")
-stage "cargo clippy (as released, and with the crash points)"
-cargo clippy --workspace --all-targets --quiet -- -D warnings
-cargo clippy --workspace --all-targets --quiet --features conductor/failpoints -- -D warnings
 stage "cargo build (with the crash points the restart tests use)"
 cargo build --workspace --quiet --features conductor/failpoints
 grep -a -q MAGNUM_CONDUCTOR_FAILPOINT "$out/magnum-conductor"
@@ -148,14 +150,23 @@ grep -a -q MAGNUM_CONDUCTOR_FAILPOINT "$out/magnum-conductor"
 # them.
 bin_dir="$(mktemp -d)"
 find "$out" -maxdepth 1 -type f -perm -u+x -exec cp {} "$bin_dir/" \;
-# cargo test keeps about one core busy (its tests mostly wait on RabbitMQ,
-# MariaDB and apiservers): it runs beside the Python suite below (on the
-# copy above). None of its tests stops RabbitMQ; the Python tests that do
-# run after it.
-stage "cargo test (unit + integration, real RabbitMQ): started in the background"
+# Clippy (both feature sets), then cargo test, which keeps about one core
+# busy (its tests mostly wait on RabbitMQ, MariaDB and apiservers): one job
+# beside the Python suite below (cargo holds its build directory's lock for
+# a whole command, so the two cannot overlap; the Python tests run the copy
+# above). None of cargo test's tests stops RabbitMQ; the Python tests that
+# do stop a node of their own (tests/python/conftest.py, private_broker).
+stage "cargo clippy (as released, and with the crash points), then cargo test (unit + integration, real RabbitMQ): started in the background"
 cargo_test_log="$(mktemp)"
-MAGNUM_VENV="$MAGNUM_VENV" in_background "cargo test" cargo test --workspace --quiet --features conductor/failpoints \
-  >"$cargo_test_log" 2>&1 &
+(
+  if ! in_background "cargo clippy" cargo clippy --workspace --all-targets --quiet -- -D warnings ||
+    ! in_background "cargo clippy (crash points)" cargo clippy --workspace --all-targets --quiet \
+      --features conductor/failpoints -- -D warnings; then
+    echo "cargo clippy failed"
+    exit 1
+  fi
+  MAGNUM_VENV="$MAGNUM_VENV" in_background "cargo test" cargo test --workspace --quiet --features conductor/failpoints
+) >"$cargo_test_log" 2>&1 &
 cargo_test_pid=$!
 bg_pids=("$demo_pid" "$tempest_pid" "$cargo_test_pid")
 stage "magnum-api driver package (Magnum 23.0.0 and 22.0.0, installed as operators do)"
@@ -166,7 +177,7 @@ done
 # in PY_WORKERS processes (each module whole in one, its fixtures shared by
 # its tests; every test has its own vhost, database and ports; control
 # planes are reused between a process's modules, wiped: tests/python/k8s.py).
-# The tests that stop RabbitMQ run after them, alone. Four: with the run's
+# The tests that stop RabbitMQ stop a node of their own. Four: with the run's
 # OpenStack services shared and Keystone's cache on, three processes left
 # the two cores idle 28% of the stage (three did better than four while the
 # stage was CPU-bound, docs/testing.md).
@@ -174,15 +185,15 @@ py_workers="${PY_WORKERS:-4}"
 stage "python interop tests (Magnum 23.0.0 client), $py_workers processes"
 MAGNUM_CONDUCTOR_BIN="$bin_dir/magnum-conductor" \
   "$MAGNUM_VENV/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q --durations=10 tests/python \
-  --ignore=tests/python/test_tempest.py -m "not broker_outage" -n "$py_workers" --dist loadfile --no-loadscope-reorder
-stage "cargo test's outcome"
+  --ignore=tests/python/test_tempest.py -n "$py_workers" --dist loadfile --no-loadscope-reorder
+stage "cargo clippy's and cargo test's outcome"
 cargo_test_rc=0
 wait "$cargo_test_pid" || cargo_test_rc=$?
 cp "$cargo_test_log" /tmp/mc-cargo-test.log
 grep -E '^(test result|error|failures:|---- )' "$cargo_test_log" || true
 if [ "$cargo_test_rc" != 0 ]; then
   tail -n 200 "$cargo_test_log"
-  echo "cargo test failed (exit $cargo_test_rc)" >&2
+  echo "cargo clippy or cargo test failed (exit $cargo_test_rc)" >&2
   exit 1
 fi
 stage "the demo's outcome"
@@ -193,10 +204,6 @@ if ! wait "$demo_pid"; then
 fi
 bg_pids=("$tempest_pid")
 grep -E '^(===|---)' "$demo_log"
-stage "python interop tests that stop RabbitMQ (alone)"
-MAGNUM_CONDUCTOR_BIN="$bin_dir/magnum-conductor" \
-  "$MAGNUM_VENV/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q tests/python \
-  --ignore=tests/python/test_tempest.py -m broker_outage
 stage "magnum-tempest-plugin 2.12.0 (tempest 47.0.0, real magnum-api and Keystone, workload apiservers)"
 tempest_rc=0
 wait "$tempest_pid" || tempest_rc=$?

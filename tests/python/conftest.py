@@ -2,7 +2,7 @@
 Magnum's schema, our conductor and the real Python magnum-conductor as
 subprocesses, and Magnum's own RPC client."""
 import atexit
-import fcntl
+import contextlib
 import json
 import os
 import shutil
@@ -37,36 +37,85 @@ VENV22_BIN = os.path.join(os.environ.get("MAGNUM22_VENV", os.path.expanduser(
 VENV_BIN = os.path.join(sys.prefix, "bin")  # the venv, not the interpreter it links to
 
 
-# Tests that stop the shared RabbitMQ (`rabbitmqctl stop_app`) are marked
-# `broker_outage`: they run last (so test_tempest.py, which
-# scripts/test-all.sh runs beside the suite and which holds this lock shared
-# while it needs the broker, is normally done by then), and each holds the
-# lock exclusively for its whole length, waiting for the tempest run if it
-# is still going. `rabbitmqctl("stop_app")` refuses in an unmarked test.
-# Under pytest-xdist they refuse to run beside other workers (whose tests
-# need the broker): scripts/test-all.sh runs them apart (`-m broker_outage`).
-BROKER_LOCK = os.path.join(tempfile.gettempdir(), "magnum-conductor-rs-broker.lock")
-_broker_outage = None
+# Which RabbitMQ the helpers below talk to (new_vhost, write_conf,
+# rabbitmqctl, wait_for_consumers): the machine's (port 5672, rabbitmqctl's
+# default node), shared by every test process; or, inside
+# `private_broker()`, a node of the test's own, which it may stop and start
+# (`rabbitmqctl("stop_app")` refuses on the machine's: the other test
+# processes' tests need it).
+_broker = {"port": 5672, "node": None, "home": None}
+RABBITMQ_BIN_DIR = os.environ.get("RABBITMQ_BIN_DIR", "/usr/lib/rabbitmq/bin")
 
 
 def rabbitmqctl(*args):
-    if args[:1] == ("stop_app",):
-        assert _broker_outage is not None, "a test that stops RabbitMQ must be marked broker_outage"
+    if args[:1] in (("stop_app",), ("start_app",), ("stop",)):
+        assert _broker["node"], "a test stops only a RabbitMQ of its own (conftest.private_broker)"
     suite_timing.count("rabbitmqctl")
-    out = subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, text=True, timeout=60)
+    if _broker["node"]:
+        cmd = [os.path.join(RABBITMQ_BIN_DIR, "rabbitmqctl"), "-n", _broker["node"], "-q", *args]
+        env = dict(os.environ, HOME=_broker["home"])
+    else:
+        cmd, env = ["rabbitmqctl", "-q", *args], None
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=60, env=env)
     return out.stdout
 
 
-def broker_needed():
-    """Hold while the broker must not be stopped by another test process
-    (close the returned file to let go)."""
-    f = open(BROKER_LOCK, "a")
-    fcntl.flock(f, fcntl.LOCK_SH)
-    return f
+def broker_url(vhost, scheme="rabbit"):
+    return f"{scheme}://guest:guest@127.0.0.1:{_broker['port']}/{vhost}"
+
+
+@contextlib.contextmanager
+def private_broker(tmpdir):
+    """A RabbitMQ node of this test's own (the machine's installation, its
+    own node name, port, data and Erlang cookie under `tmpdir`), for a test
+    that stops and starts its broker: it runs beside every other test,
+    which keep the machine's. While the block runs, this process's helpers
+    use it. Starting one costs about 6 CPU seconds."""
+    assert _broker["node"] is None, "one private broker at a time"
+    server = os.path.join(RABBITMQ_BIN_DIR, "rabbitmq-server")
+    assert os.access(server, os.X_OK), f"{server}: RabbitMQ's own scripts (set RABBITMQ_BIN_DIR)"
+    d = tempfile.mkdtemp(prefix="rabbitmq-", dir=str(tmpdir))
+    node = f"mc-{uuid.uuid4().hex[:8]}@localhost"
+    port, dist = free_port(), free_port()
+    with open(os.path.join(d, "enabled_plugins"), "w") as f:
+        f.write("[].\n")  # no management listener to collide with the machine's
+    with open(os.path.join(d, "rabbitmq.conf"), "w") as f:
+        f.write(f"listeners.tcp.default = 127.0.0.1:{port}\n")
+    env = dict(os.environ, HOME=d, RABBITMQ_NODENAME=node, RABBITMQ_NODE_PORT=str(port),
+               RABBITMQ_DIST_PORT=str(dist), RABBITMQ_MNESIA_BASE=os.path.join(d, "mnesia"),
+               RABBITMQ_LOG_BASE=os.path.join(d, "log"), RABBITMQ_ENABLED_PLUGINS_FILE=os.path.join(d, "enabled_plugins"),
+               RABBITMQ_CONFIG_FILE=os.path.join(d, "rabbitmq.conf"), RABBITMQ_PID_FILE=os.path.join(d, "pid"))
+    out = open(os.path.join(d, "server.out"), "w")
+    suite_timing.count("rabbitmq nodes")
+    proc = subprocess.Popen([server], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=d)
+    _broker.update(port=port, node=node, home=d)
+    try:
+        deadline = time.time() + 90
+        while True:
+            assert proc.poll() is None, f"RabbitMQ node {node} exited ({proc.returncode}): {log_tail(out.name)}"
+            try:
+                rabbitmqctl("await_startup", "--timeout", "10")
+                break
+            except subprocess.CalledProcessError:
+                # Not registered with epmd yet.
+                assert time.time() < deadline, f"RabbitMQ node {node} did not start: {log_tail(out.name)}"
+                time.sleep(0.5)
+        yield
+    finally:
+        try:
+            if proc.poll() is None:
+                rabbitmqctl("stop")
+            proc.wait(30)
+        except (subprocess.SubprocessError, AssertionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        finally:
+            _broker.update(port=5672, node=None, home=None)
+            out.close()
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "broker_outage: the test stops the shared RabbitMQ (runs last, exclusively)")
     # The run's OpenStack services (tests/python/shared_cloud.py): those
     # scripts/test-all.sh started when it names them, else started by the
     # first test process that asks and stopped when this run ends. Set here,
@@ -113,7 +162,7 @@ def pytest_collection_modifyitems(session, config, items):
 
     def key(item):
         module = os.path.basename(str(item.fspath))
-        return (item.get_closest_marker("broker_outage") is not None, -seconds.get(module, float("inf")))
+        return -seconds.get(module, float("inf"))
     items.sort(key=key)  # stable: each module's own order is kept
 
 
@@ -171,24 +220,6 @@ def pytest_sessionstart(session):
                     _tell(f"still running after {now - t0:.0f} s: {nodeid}")
 
     threading.Thread(target=watch, name="slow-tests", daemon=True).start()
-
-
-@pytest.fixture(autouse=True)
-def _broker_outage_lock(request):
-    global _broker_outage
-    if request.node.get_closest_marker("broker_outage") is None:
-        yield
-        return
-    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
-        pytest.fail("a broker_outage test stops RabbitMQ under the other workers' tests: run these in one "
-                    "process (pytest -m broker_outage), as scripts/test-all.sh does")
-    _broker_outage = open(BROKER_LOCK, "a")
-    fcntl.flock(_broker_outage, fcntl.LOCK_EX)
-    try:
-        yield
-    finally:
-        _broker_outage.close()
-        _broker_outage = None
 
 
 def new_vhost(prefix):
@@ -262,7 +293,7 @@ def session_db_url():
 def write_conf(path, vhost, extra_default="", rabbit="", extra="", db_url=None):
     with open(path, "w") as f:
         f.write(
-            f"[DEFAULT]\ntransport_url = rabbit://guest:guest@127.0.0.1:5672/{vhost}\n"
+            f"[DEFAULT]\ntransport_url = {broker_url(vhost)}\n"
             f"rpc_response_timeout = 15\nhost = test-host\n{extra_default}\n"
             f"[conductor]\nworkers = 1\n"
             f"[database]\nconnection = {db_url or session_db_url()}\n"

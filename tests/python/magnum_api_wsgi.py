@@ -4,12 +4,40 @@ the database directly (no indirection through the conductor), RPC still
 goes to the conductor. Run with the magnum-api venv's Python:
 
     python magnum_api_wsgi.py CONFIG_FILE HOST PORT
+
+A signal that ends it is written to its output with the sending process
+(its PID and command line), so that a test whose magnum-api went away can
+say who ended it (SIGKILL cannot be caught: the test then sees -9).
 """
+import os
+import signal
 import sys
+import threading
 
 conf, host, port = sys.argv[1:4]
 # magnum.wsgi.api reads its configuration from sys.argv when imported.
 sys.argv = ["magnum-api", "--config-file", conf]
+
+ENDING = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
+# Blocked before any thread starts (every thread inherits the mask), taken
+# by the one thread below.
+signal.pthread_sigmask(signal.SIG_BLOCK, ENDING)
+
+
+def _ended_by():
+    info = signal.sigwaitinfo(ENDING)
+    try:
+        with open(f"/proc/{info.si_pid}/cmdline", "rb") as f:
+            sender = f.read().replace(b"\0", b" ").decode(errors="replace")[:400]
+    except OSError:
+        sender = "(gone)"
+    sys.stdout.write(f"[magnum_api_wsgi] {signal.Signals(info.si_signo).name} from PID {info.si_pid}: "
+                     f"{sender}\n")
+    sys.stdout.flush()
+    os._exit(128 + info.si_signo)
+
+
+threading.Thread(target=_ended_by, name="ended-by", daemon=True).start()
 
 from magnum.wsgi import api  # noqa: E402
 from werkzeug import serving  # noqa: E402

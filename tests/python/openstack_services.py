@@ -161,11 +161,14 @@ def gunicorn(venv, app, d, port, env, ready_url, what, workers=1):
     """`app` (module:attribute, found from directory `d`) under the venv's
     gunicorn on 127.0.0.1:`port`, output in `d/gunicorn.out`, with no 30 s
     limit per request (a loaded 2-core machine has seen single requests
-    take longer); returns once `ready_url` answers."""
+    take longer); returns once `ready_url` answers. Every request is
+    written to `d/access.log` (method, path, status, seconds, client), as
+    a deployment's front end logs them: who asks what, how often."""
     log = os.path.join(d, "gunicorn.out")
     proc = subprocess.Popen(
         [f"{venv}/bin/gunicorn", "--chdir", d, "-b", f"127.0.0.1:{port}", "-w", str(workers), "--timeout", "300",
-         "--pid", os.path.join(d, "gunicorn.pid"), app],
+         "--pid", os.path.join(d, "gunicorn.pid"), "--access-logfile", os.path.join(d, "access.log"),
+         "--access-logformat", '%(t)s "%(r)s" %(s)s %(L)s "%(a)s"', app],
         stdout=open(log, "w"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
     wait_http(ready_url, [proc], [log], what)
     return proc

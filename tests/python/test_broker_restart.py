@@ -8,9 +8,8 @@ import subprocess
 import sys
 import time
 
-import pytest
 
-from conftest import new_vhost, rabbitmqctl, start_conductor, write_conf
+from conftest import new_vhost, private_broker, rabbitmqctl, start_conductor, write_conf
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CALLS = 1000
@@ -41,8 +40,13 @@ def load(client_conf, server, calls, out, concurrency=2, pace=0.02):
                              "--timeout", "5", "--pace", str(pace), "--out", out])
 
 
-@pytest.mark.broker_outage
 def test_conductor_survives_broker_restart(tmp_path):
+    # A RabbitMQ of the test's own: it stops it, beside the other tests.
+    with private_broker(tmp_path):
+        restart_under_load(tmp_path)
+
+
+def restart_under_load(tmp_path):
     vhost = new_vhost("restart")
     conductor = start_conductor(str(tmp_path), vhost)
     client_conf = str(tmp_path / "client.conf")

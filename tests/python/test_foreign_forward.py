@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from conftest import rabbitmqctl
+from conftest import private_broker, rabbitmqctl
 from test_foreign import HELM, SKIPS, foreign_cluster
 from test_lifecycle import HERE, Env
 from test_lifecycle_restart import died
@@ -188,25 +188,27 @@ def test_a_kill_mid_forward_loses_and_doubles_nothing(env, point):
     assert env.conductor.metric(FORWARDED, method="nodegroup_create", outcome="forwarded") == 1
 
 
-@pytest.fixture(scope="module")
-def durable(tmp_path_factory):
+@pytest.fixture
+def durable(tmp_path):
     """Durable queues and persistent messages everywhere (magnum-api's
     client, this conductor, the Python conductor): what survives a broker
-    restart at all."""
-    e = Env(tmp_path_factory.mktemp("forward-durable"), "v1beta1",
-            extra="\n[oslo_messaging_rabbit]\namqp_durable_queues = true\n")
-    text = open(e.conf).read()
-    open(e.conf, "w").write(text.replace("[conductor]\n", f"[conductor]\nlegacy_topic = {LEGACY}\n", 1))
-    e.restart()
-    e.foreign = {}
-    e.python = PythonConductor(e)
-    e.python.start(e.vhost)
-    yield e
-    e.python.stop()
-    e.close()
+    restart at all. On a RabbitMQ of the test's own (it stops it)."""
+    with private_broker(tmp_path):
+        e = Env(tmp_path, "v1beta1", extra="\n[oslo_messaging_rabbit]\namqp_durable_queues = true\n")
+        try:
+            text = open(e.conf).read()
+            open(e.conf, "w").write(text.replace("[conductor]\n", f"[conductor]\nlegacy_topic = {LEGACY}\n", 1))
+            e.restart()
+            e.foreign = {}
+            e.python = PythonConductor(e)
+            e.python.start(e.vhost)
+            yield e
+        finally:
+            if getattr(e, "python", None):
+                e.python.stop()
+            e.close()
 
 
-@pytest.mark.broker_outage
 def test_a_broker_restart_mid_forwarding_loses_and_doubles_nothing(durable):
     """Casts for another driver's cluster are being forwarded, each one
     held 4 s between the broker's confirm of its copy and our

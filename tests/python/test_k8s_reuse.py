@@ -37,11 +37,14 @@ def dirty(kube):
                  {"metadata": {"name": "mc-reuse-test"}, "webhooks": []})
 
 
-def give_back_and_take(cp):
-    cp.stop()
-    t, box, kept = k8s._pool.kept[LINE]
-    assert kept is cp
-    return k8s.control_plane(LINE)
+def states(cp):
+    """The process state (ps's STAT letter) of etcd, kube-apiserver and
+    the controller manager."""
+    out = []
+    for key in ("ETCD_PID", "APISERVER_PID", "KCM_PID"):
+        with open(f"/proc/{cp.env()[key]}/stat") as f:
+            out.append(f.read().rsplit(")", 1)[1].split()[0])
+    return out
 
 
 def test_given_back_wiped_to_fresh(cp):
@@ -49,7 +52,15 @@ def test_given_back_wiped_to_fresh(cp):
     baseline = set(cp.baseline)
     dirty(cp.kube)
     assert cp.unclean() == "namespaces ['magnum-reuse']"
-    again = give_back_and_take(cp)
+    cp.stop()
+    t, box, kept = k8s._pool.kept[LINE]
+    t.join()
+    # Kept parked: its three processes stopped (no CPU while no module
+    # holds it), then running again once taken.
+    assert box["clean"] and kept is cp and cp.parked
+    assert states(cp) == ["T", "T", "T"], states(cp)
+    again = k8s.control_plane(LINE)
+    assert "T" not in states(cp) and not cp.parked, states(cp)
     assert again is cp, "the same control plane, not a new one"
     assert cp.unclean() is None
     names = {n["metadata"]["name"] for n in cp.kube.get("/api/v1/namespaces")["items"]}
@@ -73,6 +84,9 @@ def test_a_leak_after_give_back_fails_the_next_take(cp):
     t, box, kept = k8s._pool.kept[LINE]
     t.join()
     assert box["clean"] and kept is cp
+    # Parked while kept: running again for the writer (take resumes it
+    # before its check, and a writer's requests wait meanwhile).
+    cp.resume()
     cp.kube.create_namespace("magnum-late-writer", {})
     with pytest.raises(AssertionError, match=r"magnum-late-writer.*still writes to it"):
         k8s.control_plane(LINE)
