@@ -154,17 +154,25 @@ find "$out" -maxdepth 1 -type f -perm -u+x -exec cp {} "$bin_dir/" \;
 # busy (its tests mostly wait on RabbitMQ, MariaDB and apiservers): one job
 # beside the Python suite below (cargo holds its build directory's lock for
 # a whole command, so the two cannot overlap; the Python tests run the copy
-# above). None of cargo test's tests stops RabbitMQ; the Python tests that
-# do stop a node of their own (tests/python/conftest.py, private_broker).
+# above). The compiling runs at the lowest priority (nice 19): it takes
+# what the Python tests leave, instead of slowing the OpenStack services
+# and apiservers they wait on (a CI run whose compiling competed with them
+# at equal priority saw Neutron take 60-114 s for single router requests
+# and the clean-up tests time out); the tests themselves run at the usual
+# priority. None of cargo test's tests stops RabbitMQ; the Python tests
+# that do stop a node of their own (tests/python/conftest.py,
+# private_broker).
 stage "cargo clippy (as released, and with the crash points), then cargo test (unit + integration, real RabbitMQ): started in the background"
 cargo_test_log="$(mktemp)"
 (
-  if ! in_background "cargo clippy" cargo clippy --workspace --all-targets --quiet -- -D warnings ||
-    ! in_background "cargo clippy (crash points)" cargo clippy --workspace --all-targets --quiet \
+  if ! in_background "cargo clippy" nice -n 19 cargo clippy --workspace --all-targets --quiet -- -D warnings ||
+    ! in_background "cargo clippy (crash points)" nice -n 19 cargo clippy --workspace --all-targets --quiet \
       --features conductor/failpoints -- -D warnings; then
     echo "cargo clippy failed"
     exit 1
   fi
+  in_background "cargo test's build" nice -n 19 cargo test --workspace --quiet --features conductor/failpoints \
+    --no-run || exit 1
   MAGNUM_VENV="$MAGNUM_VENV" in_background "cargo test" cargo test --workspace --quiet --features conductor/failpoints
 ) >"$cargo_test_log" 2>&1 &
 cargo_test_pid=$!

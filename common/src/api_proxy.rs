@@ -23,6 +23,14 @@
 pub const SERVICE_LABEL: &str = "magnum.openstack.org/api-proxy";
 /// The label on a proxy host's EndpointSlices: the host.
 pub const HOST_LABEL: &str = "magnum.openstack.org/api-proxy-host";
+/// The label on a proxy host's EndpointSlices: the namespace of the Lease
+/// that keeps them (`--lease-namespace`). A proxy deletes another host's
+/// slices only when they name its own lease namespace: two proxy fleets
+/// with different lease namespaces cannot see each other's Leases.
+pub const LEASE_NAMESPACE_LABEL: &str = "magnum.openstack.org/api-proxy-lease-namespace";
+/// The lease namespace of a slice without [`LEASE_NAMESPACE_LABEL`]
+/// (written before the label existed): the default `--lease-namespace`.
+pub const DEFAULT_LEASE_NAMESPACE: &str = "magnum-system";
 /// The EndpointSlice label naming the slice's manager.
 pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
 /// [`MANAGED_BY_LABEL`] of the proxy's slices (the

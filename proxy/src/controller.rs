@@ -1,10 +1,15 @@
 //! The proxy's control loop (I/O, thin): watches of the management
-//! cluster fill caches; on every change and every probe interval one pass
+//! cluster fill caches; on every change (a burst coalesced) and when a
+//! cluster's probe is due, one pass
 //!
 //! 1. computes what to serve ([`crate::plan::served`]);
 //! 2. finds each cluster's network namespace on this host and probes its
 //!    API addresses from inside it (a TCP connect, as HAProxy's default
-//!    check, which the anchor relies on);
+//!    check, which the anchor relies on), all of a cluster's candidates at
+//!    once: each cluster once per `probe_interval`, however many events
+//!    arrive ([`due`]), so a failure counts once per interval and `failures`
+//!    failed probes in a row take `failures` intervals; a new cluster is
+//!    probed in the pass that first sees it;
 //! 3. sets the routing table the listener reads;
 //! 4. publishes this host's EndpointSlice of each cluster it reaches,
 //!    withdraws those it no longer reaches (after `failures` probes in a
@@ -13,6 +18,9 @@
 //!
 //! Nothing it learns is kept only in memory: after a restart the first
 //! pass rebuilds the same table and slices from the watches and probes.
+//! Asked to stop, it withdraws every slice of this host and deletes its
+//! Lease before it ends ([`Controller::run`]), so no one dials a host that
+//! is gone, even where it was the only proxy host.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -72,6 +80,46 @@ pub struct Health {
     pub failures: u32,
     /// The last backend that answered.
     pub backend: Option<Backend>,
+    /// When it was last probed (None: never).
+    pub probed: Option<Instant>,
+}
+
+/// Whether a cluster's probe is due at `now` (pure): never probed, or
+/// probed `interval` ago or more.
+pub fn due(h: Option<&Health>, now: Instant, interval: Duration) -> bool {
+    h.and_then(|h| h.probed)
+        .is_none_or(|t| now.saturating_duration_since(t) >= interval)
+}
+
+/// How long until the next probe is due (pure): the soonest of the
+/// clusters' `probed + interval`, at most `interval` (a pass also runs
+/// then for the Lease and the stale slices), at least 10 ms.
+pub fn next_due<'a>(
+    health: impl IntoIterator<Item = &'a Health>,
+    now: Instant,
+    interval: Duration,
+) -> Duration {
+    health
+        .into_iter()
+        .filter_map(|h| h.probed)
+        .map(|t| (t + interval).saturating_duration_since(now))
+        .min()
+        .unwrap_or(interval)
+        .clamp(Duration::from_millis(10), interval)
+}
+
+/// What the log says of a cluster (pure): its state and why, as a line
+/// changes only when the state does.
+pub fn described(s: &Served, state: &str, netns: Option<&str>) -> String {
+    match (state, &s.waiting, netns) {
+        ("waiting", Some(why), _) => format!("waiting: {why}"),
+        ("no_namespace", _, _) => format!(
+            "not served from this host: no namespace of network {} here (qdhcp- or ovnmeta-)",
+            s.network_id.as_deref().unwrap_or("?")
+        ),
+        (st, _, Some(ns)) => format!("{st} (namespace {ns})"),
+        (st, _, None) => st.to_string(),
+    }
 }
 
 /// One probe's result folded in (pure): up on the first success, down
@@ -175,10 +223,16 @@ pub struct Controller {
     routes: Arc<RwLock<Routes>>,
     metrics: Arc<Metrics>,
     health: BTreeMap<String, Health>,
+    /// What the log last said of each served cluster.
+    said: BTreeMap<String, String>,
     lease_renewed: Option<Instant>,
     /// Routes given on the command line (kept under the watched ones).
     pub static_routes: Routes,
 }
+
+/// How long stopping may take to withdraw this host's slices and release
+/// its Lease (the systemd unit's TimeoutStopSec leaves room for it).
+pub const STOP_BOUND: Duration = Duration::from_secs(10);
 
 impl Controller {
     pub fn new(
@@ -193,13 +247,16 @@ impl Controller {
             routes,
             metrics,
             health: BTreeMap::new(),
+            said: BTreeMap::new(),
             lease_renewed: None,
             static_routes: Routes::new(),
         }
     }
 
-    /// Watch and serve until the process ends.
-    pub async fn run(mut self) {
+    /// Watch and serve until `stop` completes; then withdraw this host's
+    /// slices and delete its Lease (within [`STOP_BOUND`]) and return.
+    pub async fn run(mut self, stop: impl std::future::Future<Output = &'static str>) {
+        tokio::pin!(stop);
         let changed = Arc::new(Notify::new());
         let c = &self.client;
         let m = &self.metrics;
@@ -245,27 +302,119 @@ impl Controller {
                 m.clone(),
             ),
         };
-        for s in [
-            &caches.services,
-            &caches.clusters,
-            &caches.machines,
-            &caches.slices,
-            &caches.leases,
-        ] {
-            let _ = s.wait_until_ready().await;
-        }
-        tracing::info!(host = %self.settings.host, advertise = %self.settings.advertise, "watches synced");
-        self.metrics.synced.set(1);
-        loop {
-            self.pass(&caches).await;
-            // Every change, or the next probe.
-            let _ = tokio::time::timeout(self.settings.probe_interval, changed.notified()).await;
-            // Coalesce a burst of events into one pass.
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let synced = async {
+            for s in [
+                &caches.services,
+                &caches.clusters,
+                &caches.machines,
+                &caches.slices,
+                &caches.leases,
+            ] {
+                let _ = s.wait_until_ready().await;
+            }
+        };
+        let signal = tokio::select! {
+            () = synced => None,
+            why = &mut stop => Some(why),
+        };
+        let signal = match signal {
+            Some(why) => why,
+            None => {
+                tracing::info!(host = %self.settings.host, advertise = %self.settings.advertise, "watches synced");
+                self.metrics.synced.set(1);
+                loop {
+                    let wait = self.pass(&caches).await;
+                    // Every change, or the next probe that is due.
+                    tokio::select! {
+                        why = &mut stop => break why,
+                        _ = tokio::time::timeout(wait, changed.notified()) => {}
+                    }
+                    // Coalesce a burst of events into one pass.
+                    tokio::select! {
+                        why = &mut stop => break why,
+                        () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                    }
+                }
+            }
+        };
+        tracing::info!(signal, "stopping: withdrawing this host's slices");
+        match tokio::time::timeout(STOP_BOUND, self.withdraw_all()).await {
+            Ok((slices, 0)) => {
+                tracing::info!(slices, lease = %self.settings.lease_namespace, "withdrew this host's slices and released its Lease");
+            }
+            Ok((slices, failed)) => tracing::warn!(
+                slices,
+                failed,
+                "stopping: some of this host's slices could not be withdrawn; other hosts delete them once its Lease expires"
+            ),
+            Err(_) => tracing::warn!(
+                bound_s = STOP_BOUND.as_secs(),
+                "stopping: the management cluster did not answer in time; other hosts delete this host's slices once its Lease expires"
+            ),
         }
     }
 
-    async fn pass(&mut self, caches: &Caches) {
+    /// Every slice of this host (listed from the apiserver, not the cache:
+    /// whatever it published, also before this process) deleted, then its
+    /// Lease: (deleted, failed).
+    async fn withdraw_all(&mut self) -> (usize, usize) {
+        let me = &self.settings.host;
+        let api: Api<EndpointSlice> = Api::all(self.client.clone());
+        let lp = kube::api::ListParams::default().labels(&format!(
+            "{}={},{}={me}",
+            publish::MANAGED_BY_LABEL,
+            api_proxy::MANAGED_BY,
+            api_proxy::HOST_LABEL
+        ));
+        let (mut deleted, mut failed) = (0, 0);
+        match api.list(&lp).await {
+            Ok(list) => {
+                for s in list.items {
+                    let (Some(ns), Some(name)) = (s.metadata.namespace, s.metadata.name) else {
+                        continue;
+                    };
+                    if self.delete_slice(&ns, &name, "withdraw").await {
+                        tracing::info!(namespace = %ns, slice = %name, "withdrawn (stopping)");
+                        deleted += 1;
+                    } else {
+                        // Gone already (404) counts as done; an error was logged.
+                        failed += usize::from(self.slice_exists(&ns, &name).await);
+                    }
+                }
+            }
+            Err(e) => {
+                self.metrics
+                    .api_errors
+                    .with_label_values(&["withdraw"])
+                    .inc();
+                tracing::warn!(error = %e, "listing this host's slices failed");
+                failed += 1;
+            }
+        }
+        let leases: Api<Lease> =
+            Api::namespaced(self.client.clone(), &self.settings.lease_namespace);
+        match leases
+            .delete(&api_proxy::lease_name(me), &DeleteParams::default())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => {
+                self.metrics.api_errors.with_label_values(&["lease"]).inc();
+                tracing::warn!(error = %e, "deleting this host's Lease failed");
+                failed += 1;
+            }
+        }
+        (deleted, failed)
+    }
+
+    async fn slice_exists(&self, ns: &str, name: &str) -> bool {
+        let api: Api<EndpointSlice> = Api::namespaced(self.client.clone(), ns);
+        !matches!(api.get_opt(name).await, Ok(None))
+    }
+
+    /// One pass; returns how long until the next probe is due.
+    async fn pass(&mut self, caches: &Caches) -> Duration {
         let started = Instant::now();
         let services: Vec<ServiceRef> = values(&caches.services)
             .iter()
@@ -276,12 +425,13 @@ impl Controller {
             &values(&caches.clusters),
             &values(&caches.machines),
         );
-        // Probe.
+        // Probe those whose probe is due; the others keep their health.
         let mut probes = Vec::new();
         let mut states: BTreeMap<&str, &'static str> = BTreeMap::new();
+        let mut namespaces: BTreeMap<&str, String> = BTreeMap::new();
+        let mut candidates: BTreeMap<String, Vec<Backend>> = BTreeMap::new();
         for s in &served {
-            if let Some(why) = &s.waiting {
-                tracing::debug!(cluster = %s.server_name, "waiting: {why}");
+            if s.waiting.is_some() {
                 states.insert(&s.server_name, "waiting");
                 continue;
             }
@@ -292,30 +442,53 @@ impl Controller {
                 states.insert(&s.server_name, "no_namespace");
                 continue;
             };
-            probes.push(self.probe(s, ns));
+            namespaces.insert(&s.server_name, ns.clone());
+            let backends: Vec<Backend> = s
+                .endpoints
+                .iter()
+                .map(|a| Backend {
+                    netns: ns.clone(),
+                    addr: *a,
+                })
+                .collect();
+            if due(
+                self.health.get(&s.server_name),
+                started,
+                self.settings.probe_interval,
+            ) {
+                probes.push(self.probe(s.server_name.clone(), backends.clone()));
+            }
+            candidates.insert(s.server_name.clone(), backends);
         }
-        let results = futures_util::future::join_all(probes).await;
-        let mut table = self.static_routes.clone();
-        let mut up: BTreeSet<String> = BTreeSet::new();
-        let probed: BTreeSet<String> = results.iter().map(|(n, _, _)| n.clone()).collect();
-        for (name, candidates, answered) in results {
+        for (name, answered) in futures_util::future::join_all(probes).await {
             let h = self.health.entry(name.clone()).or_default();
             let was_up = h.up;
             observe(h, answered.clone(), self.settings.failures);
+            h.probed = Some(started);
+            self.metrics.probes.inc();
             if answered.is_none() {
                 self.metrics.probe_failures.inc();
             }
             if h.up != was_up {
                 tracing::info!(cluster = %name, up = h.up, backend = ?h.backend, "reachability changed");
             }
-            if let Some(b) = h.backend.clone().or_else(|| candidates.first().cloned()) {
-                table.insert(&name, b);
+        }
+        self.health.retain(|k, _| candidates.contains_key(k));
+        let mut table = self.static_routes.clone();
+        let mut up: BTreeSet<String> = BTreeSet::new();
+        for (name, backends) in &candidates {
+            let h = self.health.get(name);
+            if let Some(b) = h
+                .and_then(|h| h.backend.clone())
+                .or_else(|| backends.first().cloned())
+            {
+                table.insert(name, b);
             }
-            if h.up {
-                up.insert(name);
+            if h.is_some_and(|h| h.up) {
+                up.insert(name.clone());
             }
         }
-        self.health.retain(|k, _| probed.contains(k));
+        let probed: BTreeSet<&String> = self.health.keys().collect();
         for s in &served {
             let st = if up.contains(&s.server_name) {
                 "up"
@@ -333,6 +506,24 @@ impl Controller {
             let n = states.values().filter(|v| **v == st).count();
             self.metrics.clusters.with_label_values(&[st]).set(n as i64);
         }
+        // Each cluster's state in the log, once per change.
+        for s in &served {
+            let state = states
+                .get(s.server_name.as_str())
+                .copied()
+                .unwrap_or("waiting");
+            let text = described(
+                s,
+                state,
+                namespaces.get(s.server_name.as_str()).map(String::as_str),
+            );
+            if self.said.get(&s.server_name) != Some(&text) {
+                tracing::info!(cluster = %s.server_name, namespace = %s.service.namespace, "{text}");
+                self.said.insert(s.server_name.clone(), text);
+            }
+        }
+        let names: BTreeSet<&str> = served.iter().map(|s| s.server_name.as_str()).collect();
+        self.said.retain(|k, _| names.contains(k.as_str()));
         match self.routes.write() {
             Ok(mut r) => *r = table,
             Err(p) => *p.into_inner() = table,
@@ -344,36 +535,43 @@ impl Controller {
             .pass_seconds
             .observe(started.elapsed().as_secs_f64());
         self.metrics.last_pass.set(chrono::Utc::now().timestamp());
+        next_due(
+            self.health.values(),
+            Instant::now(),
+            self.settings.probe_interval,
+        )
     }
 
-    /// Probe one cluster's addresses inside namespace `ns`, in order.
+    /// Probe one cluster's candidate backends, all at once (N unreachable
+    /// addresses cost one dial timeout, not N); the answer is the first in
+    /// the candidates' order that connected.
     fn probe(
         &self,
-        s: &Served,
-        ns: String,
-    ) -> impl std::future::Future<Output = (String, Vec<Backend>, Option<Backend>)> + use<> {
+        name: String,
+        candidates: Vec<Backend>,
+    ) -> impl std::future::Future<Output = (String, Option<Backend>)> + use<> {
         let dir = self.settings.netns_dir.clone();
         let timeout = self.settings.dial_timeout;
-        let name = s.server_name.clone();
-        let candidates: Vec<Backend> = s
-            .endpoints
-            .iter()
-            .map(|a| Backend {
-                netns: ns.clone(),
-                addr: *a,
-            })
-            .collect();
         async move {
-            let tried = candidates.clone();
-            let answered = tokio::task::spawn_blocking(move || {
-                tried
-                    .into_iter()
-                    .find(|b| crate::netns::connect(&dir.join(&b.netns), b.addr, timeout).is_ok())
-            })
-            .await
-            .ok()
-            .flatten();
-            (name, candidates, answered)
+            let dials = candidates.into_iter().map(|b| {
+                let dir = dir.clone();
+                async move {
+                    let ns = dir.join(&b.netns);
+                    let addr = b.addr;
+                    let ok = tokio::task::spawn_blocking(move || {
+                        crate::netns::connect(&ns, addr, timeout).is_ok()
+                    })
+                    .await
+                    .unwrap_or(false);
+                    ok.then_some(b)
+                }
+            });
+            let answered = futures_util::future::join_all(dials)
+                .await
+                .into_iter()
+                .flatten()
+                .next();
+            (name, answered)
         }
     }
 
@@ -418,7 +616,12 @@ impl Controller {
             .collect();
         let mut wanted = BTreeSet::new();
         for s in served.iter().filter(|s| up.contains(&s.server_name)) {
-            let want = publish::slice(&s.service, me, self.settings.advertise);
+            let want = publish::slice(
+                &s.service,
+                me,
+                &self.settings.lease_namespace,
+                self.settings.advertise,
+            );
             let key = (
                 s.service.namespace.clone(),
                 api_proxy::slice_name(&s.service.name, me),
@@ -473,6 +676,7 @@ impl Controller {
             &slices,
             &alive,
             &self.settings.host,
+            &self.settings.lease_namespace,
             chrono::Utc::now(),
             grace,
         ) {
@@ -529,6 +733,63 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_is_probed_once_per_interval_however_many_passes_run() {
+        let i = Duration::from_secs(3);
+        let t0 = Instant::now();
+        assert!(due(None, t0, i), "a new cluster at once");
+        let mut h = Health {
+            probed: Some(t0),
+            ..Health::default()
+        };
+        // A burst of events: passes 50 ms apart probe nothing.
+        for k in 1..60 {
+            assert!(!due(Some(&h), t0 + Duration::from_millis(50 * k), i));
+        }
+        assert!(due(Some(&h), t0 + i, i));
+        // The loop sleeps until the soonest due probe, never longer than
+        // the interval, never a busy loop.
+        let other = Health {
+            probed: Some(t0 + Duration::from_secs(1)),
+            ..Health::default()
+        };
+        assert_eq!(
+            next_due([&h, &other], t0 + Duration::from_secs(2), i),
+            Duration::from_secs(1)
+        );
+        assert_eq!(next_due([], t0, i), i);
+        h.probed = Some(t0);
+        assert_eq!(
+            next_due([&h], t0 + Duration::from_secs(10), i),
+            Duration::from_millis(10)
+        );
+    }
+
+    #[test]
+    fn what_a_cluster_waits_for_is_said_in_words() {
+        let s = Served {
+            service: ServiceRef {
+                namespace: "p".into(),
+                name: "k1-apiserver".into(),
+                uid: "u".into(),
+                cluster: "k1".into(),
+            },
+            server_name: "k1-apiserver.p.svc".into(),
+            network_id: Some("n1".into()),
+            endpoints: Vec::new(),
+            waiting: Some("no API address yet".into()),
+        };
+        assert_eq!(
+            described(&s, "waiting", None),
+            "waiting: no API address yet"
+        );
+        assert!(described(&s, "no_namespace", None).contains("network n1"));
+        assert_eq!(
+            described(&s, "up", Some("qdhcp-n1")),
+            "up (namespace qdhcp-n1)"
+        );
+    }
+
+    #[test]
     fn the_bound_is_the_probes_and_one_timeout() {
         let s = Settings {
             host: "h".into(),
@@ -551,7 +812,12 @@ mod tests {
             uid: "u".into(),
             cluster: "k1".into(),
         };
-        let want = publish::slice(&svc, "h", "192.0.2.1:6443".parse().unwrap());
+        let want = publish::slice(
+            &svc,
+            "h",
+            "magnum-system",
+            "192.0.2.1:6443".parse().unwrap(),
+        );
         assert!(needs_write(None, &want));
         let mut have = want.clone();
         have["metadata"]["resourceVersion"] = serde_json::json!("7");

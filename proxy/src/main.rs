@@ -17,11 +17,15 @@ use capi_proxy::serve::Proxy;
 #[derive(Parser, Debug)]
 #[command(name = "magnum-capi-proxy", version, about)]
 struct Args {
-    /// Where the management cluster's controllers connect.
-    #[arg(long, default_value = "0.0.0.0:6443")]
-    listen: std::net::SocketAddr,
+    /// Where the management cluster's controllers connect (default: the
+    /// --advertise-address, the host's management address: not every
+    /// address, whose port 6443 the management cluster's own API frontend
+    /// may hold on a host that has both).
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
     /// The address and port the management cluster reaches this proxy at
-    /// (published in the EndpointSlices).
+    /// (published in the EndpointSlices); openstack-ansible's role gives
+    /// the host's management address and port 44355.
     #[arg(long)]
     advertise_address: std::net::SocketAddr,
     /// This host's name in the slices and its Lease (default: the host name).
@@ -108,11 +112,15 @@ async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Cl
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
+        // Colour only for a person at a terminal: a journal or a file gets
+        // plain text.
+        .with_ansi(std::io::stdout().is_terminal())
         .init();
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let args = Args::parse();
@@ -142,9 +150,10 @@ async fn main() -> anyhow::Result<()> {
     }
     let client = client(args.kubeconfig.as_deref()).await?;
     let metrics = Arc::new(Metrics::default());
-    let listener = tokio::net::TcpListener::bind(args.listen)
+    let listen = args.listen.unwrap_or(args.advertise_address);
+    let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .map_err(|e| anyhow::anyhow!("listening on {}: {e}", args.listen))?;
+        .map_err(|e| anyhow::anyhow!("listening on {listen}: {e}"))?;
     let metrics_listener = tokio::net::TcpListener::bind(args.metrics_listen)
         .await
         .map_err(|e| anyhow::anyhow!("listening on {}: {e}", args.metrics_listen))?;
@@ -160,7 +169,7 @@ async fn main() -> anyhow::Result<()> {
     };
     tracing::info!(
         %host,
-        listen = %args.listen,
+        %listen,
         advertise = %args.advertise_address,
         metrics = %args.metrics_listen,
         withdraw_bound_s = settings.withdraw_bound().as_secs(),
@@ -175,11 +184,21 @@ async fn main() -> anyhow::Result<()> {
     let mut controller = Controller::new(client, settings.clone(), table, metrics.clone());
     controller.static_routes = routes;
     let http = capi_proxy::metrics::serve(metrics_listener, metrics, settings.probe_interval);
+    // systemd stops it with SIGTERM, a person with ^C: either way the
+    // controller withdraws this host's slices and releases its Lease
+    // before the process ends (connections are served meanwhile).
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| anyhow::anyhow!("handling SIGTERM: {e}"))?;
+    let stop = async move {
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = tokio::signal::ctrl_c() => "SIGINT",
+        }
+    };
     tokio::select! {
         r = proxy.serve(listener) => r.map_err(|e| anyhow::anyhow!("the listener: {e}"))?,
         r = http => r.map_err(|e| anyhow::anyhow!("the metrics listener: {e}"))?,
-        () = controller.run() => {}
-        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
+        () = controller.run(stop) => tracing::info!("stopped"),
     }
     Ok(())
 }

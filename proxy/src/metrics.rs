@@ -28,6 +28,8 @@ pub struct Metrics {
     pub bytes_down: IntCounter,
     /// Served clusters by state on this host: up, down, no_namespace, waiting.
     pub clusters: IntGaugeVec,
+    /// Probes of a cluster's API (each cluster at most once per probe interval).
+    pub probes: IntCounter,
     pub probe_failures: IntCounter,
     /// EndpointSlice writes by kind: publish, withdraw, stale.
     pub slice_writes: IntCounterVec,
@@ -108,6 +110,11 @@ impl Default for Metrics {
             bytes_up: counter(&r, "bytes_up_total", "Bytes from clients to clusters"),
             bytes_down: counter(&r, "bytes_down_total", "Bytes from clusters to clients"),
             clusters,
+            probes: counter(
+                &r,
+                "probes_total",
+                "Probes of a cluster's API from its namespace (each cluster once per probe interval)",
+            ),
             probe_failures: counter(
                 &r,
                 "probe_failures_total",
@@ -230,6 +237,7 @@ mod tests {
             "magnum_capi_proxy_refused_total",
             "magnum_capi_proxy_clusters",
             "magnum_capi_proxy_pass_seconds",
+            "magnum_capi_proxy_probes_total",
         ] {
             assert!(names.iter().any(|x| x == n), "{n} in {names:?}");
         }

@@ -31,9 +31,9 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// `endpointslice.kubernetes.io/managed-by`.
 pub const MANAGED_BY_LABEL: &str = common::api_proxy::MANAGED_BY_LABEL;
 
-/// The EndpointSlice host `host` publishes for `svc`: it reaches the
-/// cluster at `advertise`.
-pub fn slice(svc: &ServiceRef, host: &str, advertise: SocketAddr) -> Value {
+/// The EndpointSlice host `host` (its Lease in `lease_namespace`)
+/// publishes for `svc`: it reaches the cluster at `advertise`.
+pub fn slice(svc: &ServiceRef, host: &str, lease_namespace: &str, advertise: SocketAddr) -> Value {
     let family = match advertise.ip() {
         IpAddr::V4(_) => "IPv4",
         IpAddr::V6(_) => "IPv6",
@@ -48,6 +48,7 @@ pub fn slice(svc: &ServiceRef, host: &str, advertise: SocketAddr) -> Value {
                 SERVICE_NAME_LABEL: svc.name,
                 MANAGED_BY_LABEL: api_proxy::MANAGED_BY,
                 api_proxy::HOST_LABEL: host,
+                api_proxy::LEASE_NAMESPACE_LABEL: lease_namespace,
                 // The conductor's status watch finds a cluster's objects by it.
                 "cluster.x-k8s.io/cluster-name": svc.cluster,
             },
@@ -72,12 +73,13 @@ pub fn lease(host: &str, namespace: &str, duration_s: u32, now: DateTime<Utc>) -
     })
 }
 
-/// A proxy slice: (namespace, name, host).
+/// A proxy slice: (namespace, name, host, the namespace of its host's Lease).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct SliceRef {
     pub namespace: String,
     pub name: String,
     pub host: String,
+    pub lease_namespace: String,
 }
 
 impl SliceRef {
@@ -90,23 +92,31 @@ impl SliceRef {
             namespace: slice.pointer("/metadata/namespace")?.as_str()?.to_string(),
             name: slice.pointer("/metadata/name")?.as_str()?.to_string(),
             host: labels.get(api_proxy::HOST_LABEL)?.as_str()?.to_string(),
+            lease_namespace: labels
+                .get(api_proxy::LEASE_NAMESPACE_LABEL)
+                .and_then(Value::as_str)
+                .unwrap_or(api_proxy::DEFAULT_LEASE_NAMESPACE)
+                .to_string(),
         })
     }
 }
 
-/// Other hosts' slices whose host is not alive at `now` (no Lease, or
-/// expired more than `grace` ago). This host's own slices are never stale
-/// here: it withdraws them itself.
+/// Other hosts' slices whose host is not alive at `now` (no Lease in
+/// `lease_namespace`, or expired more than `grace` ago), among the slices
+/// kept by Leases in that namespace only (`alive` holds its Leases): a
+/// slice of another lease namespace's fleet is never this host's to judge.
+/// This host's own slices are never stale here: it withdraws them itself.
 pub fn stale(
     slices: &[SliceRef],
     alive: &BTreeMap<String, DateTime<Utc>>,
     me: &str,
+    lease_namespace: &str,
     now: DateTime<Utc>,
     grace: chrono::Duration,
 ) -> Vec<SliceRef> {
     slices
         .iter()
-        .filter(|s| s.host != me)
+        .filter(|s| s.host != me && s.lease_namespace == lease_namespace)
         .filter(|s| alive.get(&s.host).is_none_or(|until| *until + grace < now))
         .cloned()
         .collect()
@@ -127,10 +137,19 @@ mod tests {
 
     #[test]
     fn a_slice_names_this_host_and_the_services_port_name() {
-        let s = slice(&svc(), "net-1", "192.0.2.5:7443".parse().unwrap());
+        let s = slice(
+            &svc(),
+            "net-1",
+            "magnum-system",
+            "192.0.2.5:7443".parse().unwrap(),
+        );
         assert_eq!(s["metadata"]["name"], "k1-apiserver-net-1");
         assert_eq!(s["metadata"]["labels"][SERVICE_NAME_LABEL], "k1-apiserver");
         assert_eq!(s["metadata"]["labels"][api_proxy::HOST_LABEL], "net-1");
+        assert_eq!(
+            s["metadata"]["labels"][api_proxy::LEASE_NAMESPACE_LABEL],
+            "magnum-system"
+        );
         assert_eq!(s["metadata"]["ownerReferences"][0]["uid"], "u1");
         assert_eq!(s["addressType"], "IPv4");
         assert_eq!(s["endpoints"][0]["addresses"][0], "192.0.2.5");
@@ -143,10 +162,26 @@ mod tests {
             Some(SliceRef {
                 namespace: "magnum-p".into(),
                 name: "k1-apiserver-net-1".into(),
-                host: "net-1".into()
+                host: "net-1".into(),
+                lease_namespace: "magnum-system".into(),
             })
         );
-        let v6 = slice(&svc(), "net-1", "[2001:db8::5]:6443".parse().unwrap());
+        // A slice from before the label: the default lease namespace's.
+        let mut old = s.clone();
+        old["metadata"]["labels"]
+            .as_object_mut()
+            .unwrap()
+            .remove(api_proxy::LEASE_NAMESPACE_LABEL);
+        assert_eq!(
+            SliceRef::of(&old).unwrap().lease_namespace,
+            api_proxy::DEFAULT_LEASE_NAMESPACE
+        );
+        let v6 = slice(
+            &svc(),
+            "net-1",
+            "magnum-system",
+            "[2001:db8::5]:6443".parse().unwrap(),
+        );
         assert_eq!(v6["addressType"], "IPv6");
         // Another manager's slice is not ours.
         let mut other = s.clone();
@@ -174,12 +209,20 @@ mod tests {
             namespace: "magnum-p".into(),
             name: format!("k1-apiserver-{h}"),
             host: h.into(),
+            lease_namespace: "magnum-system".into(),
         };
+        let grace = chrono::Duration::seconds(5);
         let all = [s("net-1"), s("net-2"), s("net-3"), s("net-4")];
-        let got = stale(&all, &alive, "net-1", now, chrono::Duration::seconds(5));
+        let got = stale(&all, &alive, "net-1", "magnum-system", now, grace);
         assert_eq!(got, [s("net-2"), s("net-4")]);
         // Within the grace, not yet.
-        let got = stale(&all, &alive, "net-1", until, chrono::Duration::seconds(5));
+        let got = stale(&all, &alive, "net-1", "magnum-system", until, grace);
         assert_eq!(got, [s("net-4")]);
+        // Another fleet's slices (its Leases in another namespace, which
+        // this host does not watch): never this host's to delete.
+        let mut other = s("net-9");
+        other.lease_namespace = "magnum-system-b".into();
+        let got = stale(&[other], &alive, "net-1", "magnum-system", now, grace);
+        assert!(got.is_empty(), "{got:?}");
     }
 }
