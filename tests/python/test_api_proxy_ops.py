@@ -251,6 +251,7 @@ def test_a_stopped_proxy_withdraws_its_slices_before_it_ends(world, sig):
     # did before it ended.
     assert rc == 0, p.text()[-2000:]
     assert took < 10 + SLACK, took  # controller::STOP_BOUND
+    print(f"{sig.name}: exited {took:.2f} s after the signal, its slice and Lease gone")
     assert host_slices(world, ns, p.host) == {}, "a stopped proxy host left its slice"
     assert lease(world, p.host) is None, "a stopped proxy host left its Lease"
     text = p.text()
@@ -310,6 +311,8 @@ def test_unrelated_events_during_a_short_outage_withdraw_nothing(world):
     t1 = time.time()
     _, took = until("the slice withdrawn", lambda: not host_slices(world, ns, p.host), p.bound + SLACK + 5)
     assert took <= p.bound + SLACK, (took, p.bound)
+    print(f"2 s outage and 100 events: {failed:.0f} of {probes:.0f} probes failed (the unrelated cluster's "
+          f"included), nothing withdrawn; 12 s outage: withdrawn after {took:.1f} s (bound {p.bound} s)")
     while time.time() < t1 + 12:
         time.sleep(0.1)
     n.serve()
@@ -365,6 +368,7 @@ def test_unreachable_control_plane_addresses_cost_one_dial_timeout(world):
     _, took = until("the slice published", lambda: host_slices(world, ns, p.host), 60)
     took = time.time() - t0
     assert took <= p.dial + p.probe + SLACK, f"published after {took:.1f} s"
+    print(f"5 of 6 control-plane addresses dropped, 3 s dials: published {took:.1f} s after the proxy started")
     text = p.text()
     assert "up (namespace qdhcp-" in text, text[-2000:]
     assert p.stop() == 0
