@@ -5,7 +5,9 @@
 //! acknowledgement, no later step of the same operation). With
 //! `<name>:sleep=<ms>`, every pass through that point waits that long instead:
 //! a slow handler (call-monitor heartbeat test) or a window in which a test
-//! breaks something (database outage test).
+//! breaks something (database outage test). With `<name>:wait=<path>`, every
+//! pass waits until the file `<path>` exists: a handler held for exactly as
+//! long as the test needs, whatever the machine's load (backlog test).
 //!
 //! Compiled only with the `failpoints` cargo feature (the test suite builds
 //! with it; `cargo build` and `cargo build --release` do not): without it a
@@ -37,7 +39,7 @@ mod armed {
         let armed = ARMED.get_or_init(|| std::env::var("MAGNUM_CONDUCTOR_FAILPOINT").ok());
         match armed.as_deref() {
             Some(a) if a == name => stop(name),
-            Some(a) if a.split_once(":sleep=").is_some_and(|(p, _)| p == name) => {
+            Some(a) if armed_point(a).is_some_and(|(p, _)| p == name) => {
                 if let Some((scope, point)) = name.split_once('.') {
                     delay(scope, point).await;
                 }
@@ -60,20 +62,49 @@ mod armed {
         std::process::abort();
     }
 
-    /// Wait here if the point `<scope>.<name>` is armed with `...:sleep=<ms>`.
+    /// The point and the wait of `<point>:sleep=<ms>` or `<point>:wait=<path>`.
+    fn armed_point(armed: &str) -> Option<(&str, Wait<'_>)> {
+        if let Some((point, ms)) = armed.split_once(":sleep=") {
+            return Some((point, Wait::Sleep(ms)));
+        }
+        armed
+            .split_once(":wait=")
+            .map(|(point, path)| (point, Wait::File(path)))
+    }
+
+    enum Wait<'a> {
+        Sleep(&'a str),
+        File(&'a str),
+    }
+
+    /// Wait here if the point `<scope>.<name>` is armed with `...:sleep=<ms>`
+    /// or `...:wait=<path>`.
     pub async fn delay(scope: &str, name: &str) {
         let armed = ARMED.get_or_init(|| std::env::var("MAGNUM_CONDUCTOR_FAILPOINT").ok());
-        let Some((point, ms)) = armed.as_deref().and_then(|a| a.split_once(":sleep=")) else {
+        let Some((point, wait)) = armed.as_deref().and_then(armed_point) else {
             return;
         };
-        if point.split_once('.') == Some((scope, name)) {
-            match ms.parse::<u64>() {
+        if point.split_once('.') != Some((scope, name)) {
+            return;
+        }
+        match wait {
+            Wait::Sleep(ms) => match ms.parse::<u64>() {
                 Ok(ms) => {
                     tracing::warn!(failpoint = point, ms, "failpoint reached: sleeping");
                     tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
                 }
                 Err(_) => {
                     tracing::warn!(failpoint = point, "failpoint sleep is not a number of ms")
+                }
+            },
+            Wait::File(path) => {
+                tracing::warn!(
+                    failpoint = point,
+                    path,
+                    "failpoint reached: waiting for the file"
+                );
+                while !std::path::Path::new(path).exists() {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                 }
             }
         }

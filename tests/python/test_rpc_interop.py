@@ -174,10 +174,13 @@ def test_calls_are_not_held_up_behind_a_backlog_of_casts(env, tmp_path):
     """A burst of slow casts (say a thousand cluster_create, each generating
     four RSA keys) must not hold up magnum-api's calls: each object read of
     its API goes through the conductor. A conductor with 2 handler slots per
-    lane and casts slowed to 4 s each (a sleep failpoint) gets 8 casts, then
-    a call: the call is answered while casts still wait for a slot. Stopped
+    lane and casts held until the test lets them go (a failpoint waiting for
+    a file: however loaded the machine, the first two are still running when
+    the call comes and when the conductor is stopped) gets 8 casts, then a
+    call: the call is answered while casts still wait for a slot. Stopped
     then, it starts none of the waiting casts; they go back to the broker and
-    a second conductor handles them: each of the 8 exactly once."""
+    a second conductor handles them: each of the 8 exactly once, and the
+    queue is left empty."""
     import oslo_messaging
     from oslo_config import cfg
     from magnum.common import rpc
@@ -188,7 +191,8 @@ def test_calls_are_not_held_up_behind_a_backlog_of_casts(env, tmp_path):
     transport = oslo_messaging.get_rpc_transport(cfg.CONF, url=f"rabbit://guest:guest@127.0.0.1:5672/{vhost}")
     client = oslo_messaging.get_rpc_client(transport, oslo_messaging.Target(topic="magnum-conductor"),
                                            serializer=rpc.RequestContextSerializer(None), timeout=30)
-    slow_env = {"MAGNUM_CONDUCTOR_FAILPOINT": "handle.cluster_delete:sleep=4000"}
+    release = tmp_path / "release"
+    slow_env = {"MAGNUM_CONDUCTOR_FAILPOINT": f"handle.cluster_delete:wait={release}"}
     conductors = []
 
     def start(name):
@@ -214,6 +218,13 @@ def test_calls_are_not_held_up_behind_a_backlog_of_casts(env, tmp_path):
         assert first.metric("magnum_conductor_rpc_waiting_casts") == 6
 
         first.proc.send_signal(signal.SIGTERM)
+        # The stop is under way (its line is logged) before the two running
+        # casts may finish: the six waiting ones must not start after them.
+        deadline = time.time() + 30
+        while "shutting down: no new requests" not in open(first.log.name).read():
+            assert first.proc.poll() is None and time.time() < deadline, "the conductor did not begin to stop"
+            time.sleep(0.05)
+        release.touch()
         assert first.proc.wait(timeout=30) == 0
         log = open(first.log.name).read()
         handled_before_stop = log.count("cast failed")  # ClusterNotFound: one line per cast run
@@ -224,9 +235,14 @@ def test_calls_are_not_held_up_behind_a_backlog_of_casts(env, tmp_path):
         deadline = time.time() + 30
         while time.time() < deadline and handled(second) < 6:
             time.sleep(0.1)
-        time.sleep(1)  # nothing more may come
         assert (handled_before_stop, handled(second)) == (2, 6), "every cast once, none lost"
         assert second.metric("magnum_conductor_rpc_redeliveries_total") == 6
+        # Nothing more can come: the queue holds no message, ready or unacknowledged.
+        queues = rabbitmqctl("list_queues", "-p", vhost, "--no-table-headers", "--quiet",
+                             "name", "messages_ready", "messages_unacknowledged")
+        left = [line.split() for line in queues.splitlines() if line.startswith("magnum-conductor")]
+        assert left and all(q[1:] == ["0", "0"] for q in left), queues
+        assert handled(second) == 6
     finally:
         for c in conductors:
             c.stop()
