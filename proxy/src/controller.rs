@@ -373,12 +373,13 @@ impl Controller {
                     let (Some(ns), Some(name)) = (s.metadata.namespace, s.metadata.name) else {
                         continue;
                     };
-                    if self.delete_slice(&ns, &name, "withdraw").await {
-                        tracing::info!(namespace = %ns, slice = %name, "withdrawn (stopping)");
-                        deleted += 1;
-                    } else {
-                        // Gone already (404) counts as done; an error was logged.
-                        failed += usize::from(self.slice_exists(&ns, &name).await);
+                    match self.delete_slice(&ns, &name, "withdraw").await {
+                        Deleted::Now => {
+                            tracing::info!(namespace = %ns, slice = %name, "withdrawn (stopping)");
+                            deleted += 1;
+                        }
+                        Deleted::Already => {}
+                        Deleted::Failed => failed += 1,
                     }
                 }
             }
@@ -406,11 +407,6 @@ impl Controller {
             }
         }
         (deleted, failed)
-    }
-
-    async fn slice_exists(&self, ns: &str, name: &str) -> bool {
-        let api: Api<EndpointSlice> = Api::namespaced(self.client.clone(), ns);
-        !matches!(api.get_opt(name).await, Ok(None))
     }
 
     /// One pass; returns how long until the next probe is due.
@@ -656,7 +652,7 @@ impl Controller {
             wanted.insert(key);
         }
         for key in have.keys().filter(|k| !wanted.contains(*k)) {
-            if self.delete_slice(&key.0, &key.1, "withdraw").await {
+            if self.delete_slice(&key.0, &key.1, "withdraw").await == Deleted::Now {
                 tracing::info!(namespace = %key.0, slice = %key.1, "withdrawn");
             }
         }
@@ -680,27 +676,38 @@ impl Controller {
             chrono::Utc::now(),
             grace,
         ) {
-            if self.delete_slice(&s.namespace, &s.name, "stale").await {
+            if self.delete_slice(&s.namespace, &s.name, "stale").await == Deleted::Now {
                 tracing::info!(namespace = %s.namespace, slice = %s.name, host = %s.host, "deleted the slice of a host whose Lease expired");
             }
         }
     }
 
-    async fn delete_slice(&self, ns: &str, name: &str, why: &str) -> bool {
+    async fn delete_slice(&self, ns: &str, name: &str, why: &str) -> Deleted {
         let api: Api<EndpointSlice> = Api::namespaced(self.client.clone(), ns);
         match api.delete(name, &DeleteParams::default()).await {
             Ok(_) => {
                 self.metrics.slice_writes.with_label_values(&[why]).inc();
-                true
+                Deleted::Now
             }
-            Err(kube::Error::Api(e)) if e.code == 404 => false,
+            Err(kube::Error::Api(e)) if e.code == 404 => Deleted::Already,
             Err(e) => {
                 self.metrics.api_errors.with_label_values(&[why]).inc();
                 tracing::warn!(namespace = %ns, slice = %name, error = %e, "deleting a slice failed");
-                false
+                Deleted::Failed
             }
         }
     }
+}
+
+/// What a slice's delete came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Deleted {
+    /// Deleted by this request.
+    Now,
+    /// Gone before it (404): as good as deleted.
+    Already,
+    /// The apiserver refused or did not answer (logged and counted).
+    Failed,
 }
 
 #[cfg(test)]
