@@ -70,6 +70,10 @@ pub struct Metrics {
     pub cloud_deletions: IntCounterVec,
     /// Deleting clusters whose clean-up waits on OpenStack now.
     pub cloud_cleanup_waiting: IntGauge,
+    /// Clean-up listings that failed, by service and whether they held the
+    /// clean-up up (`blocking`: a service the cluster uses) or not
+    /// (`ignored`).
+    pub cloud_list_failures: IntCounterVec,
     /// Times this process stopped leading, by reason (`broker`: the
     /// connection owning the leader queue ended; `apiserver`: it stepped
     /// down, cut off from the management cluster).
@@ -318,6 +322,14 @@ impl Metrics {
                     &["kind", "outcome"],
                 ),
             ),
+            cloud_list_failures: reg(
+                &registry,
+                counter_vec(
+                    "cloud_list_failures_total",
+                    "Deleting clusters' clean-up listings that failed, by service and effect (blocking: a service the cluster uses; ignored: one it cannot have used).",
+                    &["service", "effect"],
+                ),
+            ),
             cloud_cleanup_waiting: reg(
                 &registry,
                 IntGauge::new(
@@ -451,6 +463,8 @@ impl Metrics {
             "floating_ip",
             "security_group",
             "snapshot",
+            "backup",
+            "volume_attachment",
             "volume",
         ] {
             for outcome in ["requested", "failed"] {

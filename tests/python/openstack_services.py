@@ -247,6 +247,7 @@ class Octavia:
         database(db_name, VENV, "octavia",
                  lambda: manage(f"{VENV}/bin/octavia-db-manage", "--config-file", conf, "upgrade", "head"))
         os.makedirs(os.path.join(self.dir, "stall"), exist_ok=True)
+        os.makedirs(os.path.join(self.dir, "fail"), exist_ok=True)
         env = dict(os.environ, PYTHONWARNINGS="ignore", OCTAVIA_TEST_PROVIDER_DIR=self.dir)
         env["OCTAVIA_TEST_PROVIDER_NEUTRON"] = neutron
         env["OCTAVIA_TEST_PROVIDER_SERVICE_AUTH"] = "1"
@@ -405,6 +406,12 @@ class Manila:
         self.dbs = [db_name]
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v2"
+        # Manila's own defaults; rules written here later are read at the
+        # next request (oslo.policy reloads a changed file):
+        # shared_cloud.Cloud.manila_refuse.
+        self.policy_file = os.path.join(self.dir, "policy.yaml")
+        with open(self.policy_file, "w") as f:
+            f.write("{}\n")
         conf = os.path.join(self.dir, "manila.conf")
         with open(conf, "w") as f:
             f.write(f"[DEFAULT]\nhost = manila-test-host\nlog_file = {self.dir}/manila-api.log\n"
@@ -425,6 +432,7 @@ class Manila:
                     f"get_pool:0,do_setup:0\n"
                     f"[database]\nconnection = mysql+pymysql://root@127.0.0.1:3306/{db_name}\n"
                     f"[oslo_concurrency]\nlock_path = {self.dir}\n"
+                    f"[oslo_policy]\npolicy_file = {self.policy_file}\n"
                     + keystone_authtoken(keystone_url, "manila", password))
         database(db_name, MANILA_VENV, "manila",
                  lambda: manage(f"{MANILA_VENV}/bin/manila-manage", "--config-file", conf, "db", "sync"))

@@ -173,6 +173,30 @@ class Cloud:
     def octavia_release(self, lb_id):
         os.remove(os.path.join(self.state["octavia_dir"], "stall", lb_id))
 
+    def manila_refuse(self, project, refuse=True):
+        """Manila's policy refuses to list the shares of `project` (403,
+        Manila's own "Policy doesn't allow share:get_all"), as a cloud
+        whose Manila does not grant the role a cluster's credential has;
+        `refuse=False` takes that back. Other projects keep Manila's
+        defaults (`manila.policies.shares`, `share:get_all`)."""
+        path = self.state["manila_policy"]
+        with open(path + ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            listed = path + ".refused"
+            refused = set(open(listed).read().split()) if os.path.exists(listed) else set()
+            (refused.add if refuse else refused.discard)(project)
+            with open(listed, "w") as f:
+                f.write("\n".join(sorted(refused)))
+            rule = "".join(f"not project_id:{p} and " for p in sorted(refused))
+            with open(path + ".new", "w") as f:
+                f.write(f'"share:get_all": "{rule}((rule:context_is_admin) or (rule:project-reader))"\n'
+                        if refused else "{}\n")
+            os.replace(path + ".new", path)
+
+    def octavia_fail_once(self, lb_id):
+        """The suite's Octavia provider fails `lb_id`'s next delete (ERROR)."""
+        open(os.path.join(self.state["octavia_dir"], "fail", lb_id), "w").close()
+
     def check_untouched(self):
         """The sentinel project holds exactly what it was given, as it was
         given it (see the module's doc)."""
@@ -354,6 +378,12 @@ def launch(d, started, cleanup):
         user = make("user", {"name": name, "domain_id": "default", "password": SERVICE_PW})
         grant(f"projects/{service}", user, admin_role)
         grant(f"projects/{service}", user, service_role)  # keystonemiddleware validates tokens with it
+    # The tests' conductors authenticate as the cloud admin ([keystone_auth],
+    # system scope) and vouch as a service for what Cinder takes only from
+    # one (a stale attachment's delete, sent with X-Service-Token): the
+    # `service` role, as a deployment gives Magnum's service user.
+    _, _, admins = call("GET", f"{url}/users?name=admin", admin)
+    grant("system", admins["users"][0]["id"], service_role)
     # The trustee domain and its admin every Magnum deployment configures
     # ([trust]); Magnum 22's API resolves it on each policy check.
     trustee_domain = make("domain", {"name": "magnum"})
@@ -419,7 +449,7 @@ def launch(d, started, cleanup):
     _, body = password_token(url, "admin", admin_pw, project_name="admin")
     admin_project = body["token"]["project"]["id"]
     state = dict(keystone=url, admin_pw=admin_pw, service_pw=SERVICE_PW, public=public,
-                 admin_project=admin_project, octavia_dir=octavia.dir,
+                 admin_project=admin_project, octavia_dir=octavia.dir, manila_policy=manila.policy_file,
                  services=endpoints)
     state["sentinel"] = sentinel(Cloud(d, dict(state, sentinel=None)))
     print(f"[shared cloud] ready after {time.time() - t0:.0f} s", flush=True)
@@ -448,12 +478,23 @@ def sentinel(cloud):
         "floating_network_id": cloud.public,
         "description": "Floating IP for Kubernetes external service default/web from cluster kubernetes"}},
         token=token)
+    # Cinder's scheduler places a volume only on a backend whose volume
+    # service has reported its capabilities; one created before that (the
+    # scheduler stops waiting 60 s after its start: cinder/scheduler/
+    # manager.py, SchedulerManager._wait_for_scheduler) goes to "error",
+    # which a loaded machine saw (the volume service slower to start than
+    # the scheduler's wait). So the pools first, as for Manila below.
+    pools = f"{cloud.cinder}/{cloud.state['admin_project']}/scheduler-stats/get_pools"
+    deadline = time.time() + 300
+    while not cloud.call("GET", pools)["pools"]:
+        assert time.time() < deadline, "Cinder's scheduler knows no backend"
+        time.sleep(0.5)
     vol = cloud.call("POST", f"{cloud.cinder}/{p}/volumes", {"volume": {
         "size": 1, "name": "pvc-sentinel", "metadata": {"cinder.csi.openstack.org/cluster": "kubernetes"}}},
         token=token)["volume"]["id"]
     # Manila's scheduler takes shares once the share service has told it
     # its backend (at its start: openstack_services.Manila).
-    deadline = time.time() + 180
+    deadline = time.time() + 300
     while not cloud.call("GET", f"{cloud.manila}/scheduler-stats/pools", headers=MANILA_API)["pools"]:
         assert time.time() < deadline, "Manila's scheduler knows no backend"
         time.sleep(0.5)

@@ -184,13 +184,16 @@ def project_resources(c):
 LABELS = {"kube_tag": "v1.30.4", "auto_healing_enabled": "true", "octavia_provider": "test"}
 
 
-def created(env, c, n=1, labels=None):
+def created(env, c, n=1, labels=None, each=None):
     """`n` clusters of alice's, CREATE_COMPLETE: [(uuid, stack_id)] (one
     pair when n == 1). Their load balancers use the suite's Octavia
-    provider (`octavia_provider`)."""
+    provider (`octavia_provider`). `each`: one cluster per dict, with
+    these labels added."""
+    each = each or [{}] * n
     uuids = [env.client("create", env.template, json.dumps({
-        "master_count": 1, "node_count": 1, "cluster": {"labels": {**LABELS, **(labels or {})}}}),
-        project=c["project"])["uuid"] for _ in range(n)]
+        "master_count": 1, "node_count": 1, "cluster": {"labels": {**LABELS, **(labels or {}), **extra}}}),
+        project=c["project"])["uuid"] for extra in each]
+    n = len(each)
     out = []
     for uuid in uuids:
         # Two clusters with workload apiservers at once: on a loaded CI
@@ -334,8 +337,53 @@ def others(c, uuid):
 
 def as_sets(triples):
     """(load balancers, floating IPs, security groups) of (lb, fip, sg)
-    triples; None: not made (OCCM makes no group by default)."""
+    triples (anything after the third ignored); None: not made (OCCM makes
+    no group by default)."""
     return tuple({t[i] for t in triples} - {None} for i in range(3))
+
+
+def hanging_off(c, lb, identity, service="default/web"):
+    """What Octavia lists of load balancer `lb`'s listeners, pools and
+    health monitors (ids by kind; OCCM names the monitor after the load
+    balancer)."""
+    ns, name = service.split("/")
+    return {kind: [x["id"] for x in api(c, "octavia", "GET", f"/v2/lbaas/{kind}?{query}")[kind]]
+            for kind, query in (("listeners", f"loadbalancer_id={lb}"), ("pools", f"loadbalancer_id={lb}"),
+                                ("healthmonitors", f"name=monitor_0_kube_service_{identity}_{ns}_{name}"))}
+
+
+def moved_address(env, c, uuid, uuid2, stack2):
+    """A floating IP OCCM made for cluster `uuid`'s Service, kept
+    (`keep-floatingip`) and taken by cluster `uuid2`'s Service through
+    `loadBalancerIP`: OCCM only moves its port to the new load balancer's
+    VIP (cloud-provider-openstack `pkg/openstack/loadbalancer.go`,
+    `updateFloatingIP`), its description still names `uuid`. (lb, fip,
+    None, the VIP port): `uuid2`'s now."""
+    subnet = env.sim.get(osc_path(c, stack2))["status"]["network"]["subnets"][0]["id"]
+    lb = api(c, "octavia", "POST", "/v2/lbaas/loadbalancers", {"loadbalancer": {
+        "name": f"kube_service_{uuid2}_default_moved", "vip_subnet_id": subnet, "project_id": c["project"],
+        "description": f"Kubernetes external service default/moved from cluster {uuid2}"}})["loadbalancer"]
+    fip = api(c, "neutron", "POST", "/v2.0/floatingips", {"floatingip": {
+        "floating_network_id": c["public"], "project_id": c["project"], "port_id": lb["vip_port_id"],
+        "description": f"Floating IP for Kubernetes external service default/web from cluster {uuid}"}})
+    return lb["id"], fip["floatingip"]["id"], None, lb["vip_port_id"]
+
+
+def attached_to_a_gone_server(c, vol):
+    """`vol` attached through Cinder's attachments API (3.27; completed,
+    3.44) to a server id Nova does not have, as a server deleted while
+    Cinder was unreachable leaves it: `in-use`. The volume's id."""
+    headers = {"OpenStack-API-Version": "volume 3.44"}
+    connector = {"initiator": "iqn.1993-08.org.debian:01:gone", "ip": "10.0.0.9", "host": "gone-node",
+                 "multipath": False, "platform": "x86_64", "os_type": "linux2"}
+    status, _, b = call("POST", f"{c['cinder']}/attachments", c["token"], {"attachment": {
+        "volume_uuid": vol, "instance_uuid": str(uuidlib.uuid4()), "connector": connector}}, headers)
+    assert status == 200, (status, b)
+    status, _, b = call("POST", f"{c['cinder']}/attachments/{b['attachment']['id']}/action", c["token"],
+                        {"os-complete": None}, headers)
+    assert status == 204, (status, b)
+    wait_status(c, f"/volumes/{vol}", "volume", "in-use")
+    return vol
 
 
 def cleanup_all(c):
@@ -426,23 +474,38 @@ def test_delete_removes_only_this_clusters_resources(env, cloud):
     web, web2 = expose(env, c, stack_id, uuid), expose(env, c, stack2, uuid2)
     assert web[0] != web2[0] and web[1] != web2[1]
     ours = [web + (None,), occm_resources(c, uuid, "shop/api")]
-    kept = others(c, uuid) + [web2 + (None,)]
+    kept = others(c, uuid) + [web2 + (None,), moved_address(env, c, uuid, uuid2, stack2)]
     # Three claims' volumes and a snapshot of one (it must go first: Cinder
     # refuses a volume with snapshots); one marked to keep; the other
     # cluster's claim; an identity extending ours; the project's own.
     our_vols = [claim(env, c, stack_id, f"data-{i}") for i in range(3)]
     snapshot(c, our_vols[0], uuid)
+    # One of ours still attached to a server Nova no longer has (its
+    # delete never reached Cinder): nothing else would ever detach it.
+    stale = attached_to_a_gone_server(c, volume(c, "pvc-stale", uuid))
     theirs = claim(env, c, stack2, "data-0")
     kept_vols = {volume(c, "pvc-keep", uuid, keep=True), theirs, volume(c, "pvc-longer", uuid + "-2"),
                  volume(c, "data", None)}
     capo = capo_made(c, stack_id)
     assert all(capo), capo  # its API load balancer, floating IP and groups
     before = project_resources(c)
+    hanging = hanging_off(c, web[0], uuid)
+    assert all(hanging.values()), hanging  # its listener, pool and monitor (expose)
     metrics = {k: env.conductor.metric("magnum_conductor_cloud_deletions_total", kind=k, outcome="requested")
-               for k in ("load_balancer", "floating_ip", "security_group")}
+               for k in ("load_balancer", "floating_ip", "security_group", "volume_attachment")}
 
     env.client("delete", uuid, project=c["project"])
     got, seen = env.wait(uuid, lambda g: g["cluster"] is None, timeout=180)
+    # The stale attachment was removed, then its volume deleted (below:
+    # not in the project any more).
+    assert (env.conductor.metric("magnum_conductor_cloud_deletions_total", kind="volume_attachment",
+                                 outcome="requested") - metrics["volume_attachment"]) == 1, seen
+    assert stale not in storage(c)[0], seen
+    # Octavia's cascade took what hung off the load balancer with it.
+    assert not any(hanging_off(c, web[0], uuid).values()), (hanging, seen)
+    # B's Service keeps the address that once was ours, on its port.
+    moved = kept[-1]
+    assert api(c, "neutron", "GET", f"/v2.0/floatingips/{moved[1]}")["floatingip"]["port_id"] == moved[3]
 
     # Listed from the real APIs: only what this cluster made is gone (ours
     # through the clean-up, CAPO's through CAPO), down to the network.
@@ -470,12 +533,16 @@ def test_what_blocks_is_named_then_delete_failed_then_a_new_delete_finishes(env,
     c = cloud
     uuid, stack_id = created(env, c)
     lb, fip = expose(env, c, stack_id, uuid)
-    _, _, sg = occm_resources(c, uuid, "shop/api")
+    failing, _, sg = occm_resources(c, uuid, "shop/api")
     kept = others(c, uuid)
     # The provider never finishes deleting OCCM's load balancer (its VIP
-    # port stays on the cluster's network), and a port still uses the
-    # security group (Neutron's 409 SecurityGroupInUse).
+    # port stays on the cluster's network), fails the first delete of
+    # another (ERROR), and a port still uses the security group (Neutron's
+    # 409 SecurityGroupInUse).
     c["lbaas"].stall(lb)
+    c["lbaas"].shared.octavia_fail_once(failing)
+    lb_requests = env.conductor.metric("magnum_conductor_cloud_deletions_total", kind="load_balancer",
+                                       outcome="requested")
     port = api(c, "neutron", "POST", "/v2.0/ports", {"port": {"network_id": c["tenant"], "project_id": c["project"],
                                                               "security_groups": [sg]}})["port"]["id"]
 
@@ -484,7 +551,8 @@ def test_what_blocks_is_named_then_delete_failed_then_a_new_delete_finishes(env,
     def blocked(g):
         r = g["cluster"]["status_reason"] or ""
         return (g["cluster"]["status"] == "DELETE_IN_PROGRESS" and f"kube_service_{uuid}_default_web" in r
-                and "PENDING_DELETE" in r and sg in r and "409" in r)
+                and "PENDING_DELETE" in r and sg in r and "409" in r
+                and f"{failing}) ERROR: Octavia left it in ERROR after 1 delete request(s); asking again in" in r)
     got, seen = env.wait(uuid, blocked, timeout=120)
     reason = got["cluster"]["status_reason"]
     assert reason.startswith("waiting for OpenStack to delete what the cluster made"), reason
@@ -515,6 +583,53 @@ def test_what_blocks_is_named_then_delete_failed_then_a_new_delete_finishes(env,
     got, seen = env.wait(uuid, lambda g: g["cluster"] is None, timeout=180)
     assert project_resources(c) == as_sets(kept), seen
     assert network_left(c, stack_id) == [], seen
+    assert env.conductor.metric("magnum_conductor_cloud_cleanup_waiting") == 0
+    # The load balancer in ERROR went on the one retry (before the timeout
+    # or with the new delete); the stalled one was asked once.
+    assert env.conductor.metric("magnum_conductor_cloud_deletions_total", kind="load_balancer",
+                                outcome="requested") - lb_requests == 3, seen
+    cleanup_all(c)
+
+
+def test_a_service_the_cluster_never_used_does_not_hold_up_its_delete(env, cloud):
+    """Manila refusing the clusters' credential (403, its policy) does not
+    hold up the delete of a cluster without Manila CSI, which cannot have
+    made a share there; it holds up one with Manila CSI, named with
+    Manila's own answer, until Manila lists again."""
+    on_line(env, "v1beta2")
+    c = cloud
+    shared = c["lbaas"].shared
+    (plain, _), (with_manila, _) = created(env, c, each=[{}, {"manila_csi_enabled": "true"}])
+
+    def failures(effect):
+        return env.conductor.metric("magnum_conductor_cloud_list_failures_total", service="Manila", effect=effect)
+    before = failures("ignored"), failures("blocking")
+    shared.manila_refuse(c["project"])
+    try:
+        env.client("delete", plain, project=c["project"])
+        got, seen = env.wait(plain, lambda g: g["cluster"] is None, timeout=180)
+        assert failures("ignored") > before[0] and failures("blocking") == before[1], seen
+
+        env.client("delete", with_manila, project=c["project"])
+
+        def named(g):
+            r = g["cluster"]["status_reason"] or ""
+            return "Manila: Manila share list: HTTP 403: Access was denied to this resource." in r
+        got, seen = env.wait(with_manila, named, timeout=120)
+        assert got["cluster"]["status"] == "DELETE_IN_PROGRESS", seen
+        assert got["cluster"]["status_reason"].startswith("cannot list the cluster's OpenStack resources"), seen
+        assert failures("blocking") > before[1]
+        # Held: the OpenStackCluster keeps our finalizer meanwhile.
+        assert env.conductor.metric("magnum_conductor_cloud_cleanup_waiting") == 1
+    finally:
+        shared.manila_refuse(c["project"], refuse=False)
+    got, seen = env.wait(with_manila, lambda g: g["cluster"] is None or g["cluster"]["status"] == "DELETE_FAILED",
+                         timeout=180)
+    if got["cluster"] is not None:
+        # The clean-up's 60 s ran out first (a loaded machine): a new
+        # delete finishes it.
+        env.client("delete", with_manila, project=c["project"])
+        got, seen = env.wait(with_manila, lambda g: g["cluster"] is None, timeout=180)
     assert env.conductor.metric("magnum_conductor_cloud_cleanup_waiting") == 0
     cleanup_all(c)
 

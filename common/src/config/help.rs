@@ -339,7 +339,7 @@ pub const HELP: &[(&str, &str, &str)] = &[
     (
         "keystone_auth",
         "username",
-        "The conductor's Keystone user.",
+        "The conductor's Keystone user. With the `service` role (Cinder's [service_user] service_token_roles) its token vouches for the clean-up's removal of a volume attachment to a server Nova no longer has.",
     ),
     (
         "keystone_auth",

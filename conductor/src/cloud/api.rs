@@ -27,12 +27,13 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
 use super::identity::{
-    FloatingIp, Inventory, Item, Kind, LoadBalancer, SecurityGroup, ServerGroup, Share,
-    ShareSnapshot, Snapshot, Volume,
+    Attachment, Backup, FloatingIp, Inventory, Item, Kind, ListFailure, LoadBalancer,
+    SecurityGroup, ServerGroup, Service, Share, ShareSnapshot, Snapshot, Volume,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(30);
-/// Pages followed per list (a project with more is not a cluster's).
+/// Pages followed per list: a listing with more is an error (never a
+/// partial answer the clean-up would read as "nothing else left").
 const MAX_PAGES: usize = 100;
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -311,6 +312,9 @@ fn metadata(v: &Value) -> BTreeMap<String, String> {
 /// Manila's microversion for every call: 2.60 lets the catalog's URL
 /// leave the project out of the path (Manila's `api-ref`, "API versions").
 const MANILA_VERSION: (&str, &str) = ("X-OpenStack-Manila-API-Version", "2.60");
+/// Cinder's backups with their metadata (3.43), and the attachments API
+/// (3.27, which 3.43 includes).
+const CINDER_VERSION: (&str, &str) = ("OpenStack-API-Version", "volume 3.43");
 
 /// A Manila share as `shares/detail` shows it.
 pub fn parse_share(v: &Value) -> Share {
@@ -390,6 +394,26 @@ pub fn parse_volume(v: &Value) -> Volume {
         id: s(v, "id"),
         name: s(v, "name"),
         status: s(v, "status"),
+        metadata: metadata(v),
+        attachments: v["attachments"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|a| Attachment {
+                id: s(a, "attachment_id"),
+                server_id: s(a, "server_id"),
+            })
+            .filter(|a| !a.id.is_empty())
+            .collect(),
+    }
+}
+/// A Cinder backup as `backups/detail` shows it from microversion 3.43.
+pub fn parse_backup(v: &Value) -> Backup {
+    Backup {
+        id: s(v, "id"),
+        name: s(v, "name"),
+        status: s(v, "status"),
+        volume_id: s(v, "volume_id"),
         metadata: metadata(v),
     }
 }
@@ -529,29 +553,45 @@ impl CloudApi {
                 .find(|l| l["rel"] == "next")
                 .and_then(|l| l["href"].as_str())
                 .map(str::to_string);
-            if pages >= MAX_PAGES {
-                break;
+            if next.is_some() && pages >= MAX_PAGES {
+                return Err(ApiError::Transport {
+                    what: what.to_string(),
+                    reason: format!(
+                        "more than {MAX_PAGES} pages ({} items so far): not listed to the end",
+                        out.len()
+                    ),
+                });
             }
         }
         Ok(out)
     }
 
-    /// What the project has of the kinds a workload cluster makes.
-    pub async fn inventory(&self, s: &Session) -> Result<Inventory, ApiError> {
+    /// What the project has of the kinds a workload cluster makes. Each
+    /// service's listing stands alone: one that fails is named in
+    /// [`Inventory::failed`] and the others are still listed (whether it
+    /// holds the clean-up up is the plan's to say:
+    /// [`super::identity::blocking_failures`]). The servers of the
+    /// attachments of the volumes `ours` picks are looked up in Nova
+    /// ([`Inventory::gone_servers`]).
+    pub async fn inventory(&self, s: &Session, ours: impl Fn(&Volume) -> bool) -> Inventory {
         let p = &s.project_id;
-        let mut inv = Inventory {
-            floating_ips: self
+        let mut failures = Vec::new();
+        let mut failed = |service: Service, e: ApiError| {
+            failures.push(ListFailure {
+                service,
+                error: e.to_string(),
+            })
+        };
+        let network = async {
+            let fips = self
                 .list(
                     s,
                     "Neutron floating IP list",
                     versioned(&s.network, "v2.0", &format!("floatingips?project_id={p}")),
                     "floatingips",
                 )
-                .await?
-                .iter()
-                .map(parse_floating_ip)
-                .collect(),
-            security_groups: self
+                .await?;
+            let sgs = self
                 .list(
                     s,
                     "Neutron security group list",
@@ -562,80 +602,168 @@ impl CloudApi {
                     ),
                     "security_groups",
                 )
-                .await?
-                .iter()
-                .map(parse_security_group)
-                .collect(),
-            ..Inventory::default()
+                .await?;
+            Ok::<_, ApiError>((fips, sgs))
         };
+        let mut floating_ips = Vec::new();
+        let mut security_groups = Vec::new();
+        match network.await {
+            Ok((fips, sgs)) => {
+                floating_ips = fips.iter().map(parse_floating_ip).collect();
+                security_groups = sgs.iter().map(parse_security_group).collect();
+            }
+            Err(e) => failed(Service::Network, e),
+        }
+        let mut load_balancers = Vec::new();
         if let Some(lb) = &s.load_balancer {
-            inv.load_balancers = self
+            match self
                 .list(
                     s,
                     "Octavia load balancer list",
                     versioned(lb, "v2", &format!("lbaas/loadbalancers?project_id={p}")),
                     "loadbalancers",
                 )
-                .await?
-                .iter()
-                .map(parse_load_balancer)
-                .collect();
+                .await
+            {
+                Ok(l) => load_balancers = l.iter().map(parse_load_balancer).collect(),
+                Err(e) => failed(Service::LoadBalancer, e),
+            }
         }
+        let (mut volumes, mut snapshots, mut backups) = (Vec::new(), Vec::new(), Vec::new());
         if let Some(bs) = &s.block_storage {
             let base = bs.trim_end_matches('/');
-            inv.volumes = self
-                .list(
-                    s,
-                    "Cinder volume list",
-                    format!("{base}/volumes/detail"),
-                    "volumes",
-                )
-                .await?
-                .iter()
-                .map(parse_volume)
-                .collect();
-            inv.snapshots = self
-                .list(
-                    s,
-                    "Cinder snapshot list",
-                    format!("{base}/snapshots/detail"),
-                    "snapshots",
-                )
-                .await?
-                .iter()
-                .map(parse_snapshot)
-                .collect();
+            let listed = async {
+                let v = self
+                    .list_with(
+                        s,
+                        "Cinder volume list",
+                        format!("{base}/volumes/detail"),
+                        "volumes",
+                        &[],
+                    )
+                    .await?;
+                let sn = self
+                    .list_with(
+                        s,
+                        "Cinder snapshot list",
+                        format!("{base}/snapshots/detail"),
+                        "snapshots",
+                        &[],
+                    )
+                    .await?;
+                let b = self
+                    .list_with(
+                        s,
+                        "Cinder backup list",
+                        format!("{base}/backups/detail"),
+                        "backups",
+                        &[CINDER_VERSION],
+                    )
+                    .await?;
+                Ok::<_, ApiError>((v, sn, b))
+            };
+            match listed.await {
+                Ok((v, sn, b)) => {
+                    volumes = v.iter().map(parse_volume).collect();
+                    snapshots = sn.iter().map(parse_snapshot).collect();
+                    backups = b.iter().map(parse_backup).collect();
+                }
+                Err(e) => failed(Service::BlockStorage, e),
+            }
         }
+        let mut server_groups = Vec::new();
+        let mut gone_servers = std::collections::BTreeSet::new();
         if s.compute.is_some() {
-            inv.server_groups = self.server_groups(s).await?;
+            match self.server_groups(s).await {
+                Ok(g) => server_groups = g,
+                Err(e) => failed(Service::Compute, e),
+            }
+            let attached: std::collections::BTreeSet<&str> = volumes
+                .iter()
+                .filter(|v| ours(v))
+                .flat_map(|v| &v.attachments)
+                .map(|a| a.server_id.as_str())
+                .filter(|id| !id.is_empty())
+                .collect();
+            for server in attached {
+                match self.server_exists(s, server).await {
+                    Ok(false) => {
+                        gone_servers.insert(server.to_string());
+                    }
+                    Ok(true) => {}
+                    Err(e) => failed(Service::Compute, e),
+                }
+            }
         }
+        let (mut shares, mut share_snapshots) = (Vec::new(), Vec::new());
         if let Some(share) = &s.share {
-            inv.shares = self
-                .list_with(
-                    s,
-                    "Manila share list",
-                    format!("{}/shares/detail", share.trim_end_matches('/')),
-                    "shares",
-                    &[MANILA_VERSION],
-                )
-                .await?
-                .iter()
-                .map(parse_share)
-                .collect();
-            inv.share_snapshots = self
-                .list_with(
-                    s,
-                    "Manila share snapshot list",
-                    format!("{}/snapshots/detail", share.trim_end_matches('/')),
-                    "snapshots",
-                    &[MANILA_VERSION],
-                )
-                .await?
-                .iter()
-                .map(parse_share_snapshot)
-                .collect();
+            let base = share.trim_end_matches('/');
+            let listed = async {
+                let sh = self
+                    .list_with(
+                        s,
+                        "Manila share list",
+                        format!("{base}/shares/detail"),
+                        "shares",
+                        &[MANILA_VERSION],
+                    )
+                    .await?;
+                let sn = self
+                    .list_with(
+                        s,
+                        "Manila share snapshot list",
+                        format!("{base}/snapshots/detail"),
+                        "snapshots",
+                        &[MANILA_VERSION],
+                    )
+                    .await?;
+                Ok::<_, ApiError>((sh, sn))
+            };
+            match listed.await {
+                Ok((sh, sn)) => {
+                    shares = sh.iter().map(parse_share).collect();
+                    share_snapshots = sn.iter().map(parse_share_snapshot).collect();
+                }
+                Err(e) => failed(Service::SharedFileSystem, e),
+            }
         }
-        Ok(inv)
+        Inventory {
+            load_balancers,
+            floating_ips,
+            security_groups,
+            volumes,
+            snapshots,
+            server_groups,
+            shares,
+            share_snapshots,
+            backups,
+            gone_servers,
+            failed: failures,
+        }
+    }
+
+    /// Whether Nova has the server `id` (404: it does not; any other
+    /// error is an error, never "gone").
+    pub async fn server_exists(&self, s: &Session, id: &str) -> Result<bool, ApiError> {
+        let base = s
+            .compute
+            .as_deref()
+            .ok_or_else(|| ApiError::Config("no compute endpoint in the catalog".into()))?
+            .trim_end_matches('/');
+        match self
+            .send(
+                "Nova server show",
+                Method::GET,
+                &format!("{base}/servers/{id}"),
+                Some(&s.token),
+                None,
+            )
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if e.status() == Some(404) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// The project's Nova server groups (the compute API lists a project's
@@ -752,6 +880,32 @@ impl CloudApi {
 
     /// Ask for `item`'s deletion. Already gone is success.
     pub async fn delete(&self, s: &Session, item: &Item) -> Result<(), ApiError> {
+        self.delete_with(s, item, None).await
+    }
+
+    /// [`Self::delete`] with the conductor's service token beside the
+    /// cluster's (`X-Service-Token`): Cinder deletes an attachment that
+    /// names a server only for a service, or when it can ask Nova with the
+    /// caller's token, which an application credential's token cannot
+    /// (Keystone refuses to make a token from it: "Using a delegated token
+    /// to create another token is not allowed"; cinder `volume/api.py`,
+    /// `attachment_deletion_allowed`, bug #2004555). The caller has asked
+    /// Nova itself: the server is gone.
+    pub async fn delete_as_service(
+        &self,
+        s: &Session,
+        item: &Item,
+        service: &Secret,
+    ) -> Result<(), ApiError> {
+        self.delete_with(s, item, Some(service)).await
+    }
+
+    async fn delete_with(
+        &self,
+        s: &Session,
+        item: &Item,
+        service: Option<&Secret>,
+    ) -> Result<(), ApiError> {
         let missing = |svc: &str| ApiError::Config(format!("{svc} is not in the catalog any more"));
         let (what, url) = match item.kind {
             Kind::FloatingIp => (
@@ -815,6 +969,26 @@ impl CloudApi {
                     item.id
                 ),
             ),
+            Kind::Backup => (
+                "Cinder backup delete",
+                format!(
+                    "{}/backups/{}",
+                    s.block_storage
+                        .as_deref()
+                        .ok_or_else(|| missing("Cinder"))?,
+                    item.id
+                ),
+            ),
+            Kind::Attachment => (
+                "Cinder attachment delete",
+                format!(
+                    "{}/attachments/{}",
+                    s.block_storage
+                        .as_deref()
+                        .ok_or_else(|| missing("Cinder"))?,
+                    item.id
+                ),
+            ),
             Kind::Volume => (
                 "Cinder volume delete",
                 format!(
@@ -826,11 +1000,14 @@ impl CloudApi {
                 ),
             ),
         };
-        let headers: &[(&str, &str)] = if matches!(item.kind, Kind::Share | Kind::ShareSnapshot) {
-            &[MANILA_VERSION]
-        } else {
-            &[]
+        let mut headers: Vec<(&str, &str)> = match item.kind {
+            Kind::Share | Kind::ShareSnapshot => vec![MANILA_VERSION],
+            Kind::Attachment | Kind::Backup => vec![CINDER_VERSION],
+            _ => vec![],
         };
+        if let Some(t) = service {
+            headers.push(("X-Service-Token", t.expose()));
+        }
         match self
             .http
             .send_with(
@@ -839,7 +1016,7 @@ impl CloudApi {
                 &url,
                 Some(s.token.expose()),
                 None,
-                headers,
+                &headers,
             )
             .await
         {
@@ -869,6 +1046,29 @@ mod tests {
                 share_id: "sh1".into()
             }
         );
+    }
+
+    #[test]
+    fn volumes_attachments_and_backups_as_cinder_lists_them() {
+        // Cinder's `volumes/detail` (api-ref "Volumes"): an attachment
+        // names its server and its id in the attachments API.
+        let v = json!({"id": "v1", "name": "pvc-1", "status": "in-use", "metadata": {},
+            "attachments": [{"server_id": "s1", "attachment_id": "a1", "id": "v1", "volume_id": "v1",
+                             "host_name": null, "device": "/dev/vdb"},
+                            {"server_id": "s2", "id": "v1"}]});
+        assert_eq!(
+            parse_volume(&v).attachments,
+            vec![Attachment {
+                id: "a1".into(),
+                server_id: "s1".into()
+            }]
+        );
+        // `backups/detail` at 3.43 (api-ref "Backups").
+        let b = json!({"id": "b1", "name": "snapshot-1", "status": "available", "volume_id": "v1",
+                       "metadata": {"cinder.csi.openstack.org/cluster": "u"}, "is_incremental": false});
+        let b = parse_backup(&b);
+        assert_eq!((b.id.as_str(), b.volume_id.as_str()), ("b1", "v1"));
+        assert_eq!(b.metadata["cinder.csi.openstack.org/cluster"], "u");
     }
 
     #[test]

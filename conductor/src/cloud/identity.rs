@@ -115,6 +115,8 @@ pub struct Scope {
     /// made it: tells a legacy cluster's load balancers from others'.
     pub own_network: Option<String>,
     pub volumes: VolumesPolicy,
+    /// The services the cluster can have made something in.
+    pub uses: Uses,
 }
 
 impl Scope {
@@ -154,6 +156,121 @@ pub struct Volume {
     pub name: String,
     pub status: String,
     pub metadata: BTreeMap<String, String>,
+    /// Its attachments (`attachments` of `volumes/detail`).
+    pub attachments: Vec<Attachment>,
+}
+
+/// A volume's attachment to a server (Cinder's `attachment_id`, the
+/// attachments API's id since microversion 3.27).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Attachment {
+    pub id: String,
+    pub server_id: String,
+}
+
+/// A Cinder backup (`backups/detail`, metadata from microversion 3.43).
+/// Cinder CSI makes them for VolumeSnapshots of class parameter
+/// `type: backup` with the same cluster metadata as its snapshots
+/// (cloud-provider-openstack `pkg/csi/cinder/controllerserver.go`,
+/// `CreateSnapshot`, `createBackup`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Backup {
+    pub id: String,
+    pub name: String,
+    pub status: String,
+    pub volume_id: String,
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// The OpenStack services the clean-up lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Service {
+    Network,
+    LoadBalancer,
+    BlockStorage,
+    Compute,
+    SharedFileSystem,
+}
+
+impl Service {
+    pub fn name(self) -> &'static str {
+        match self {
+            Service::Network => "Neutron",
+            Service::LoadBalancer => "Octavia",
+            Service::BlockStorage => "Cinder",
+            Service::Compute => "Nova",
+            Service::SharedFileSystem => "Manila",
+        }
+    }
+}
+
+/// Which services a cluster can have made something in, from what the
+/// conductor renders for it: Neutron and Octavia always (CAPO's network
+/// and API load balancer, OCCM), Cinder always (Cinder CSI is installed
+/// in every cluster), Nova only with `server_group_policies` (its server
+/// groups: the machines themselves are CAPO's), Manila only with
+/// `manila_csi_enabled`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Uses {
+    pub server_groups: bool,
+    pub manila: bool,
+}
+
+impl Default for Uses {
+    /// Every service (what nothing rules out).
+    fn default() -> Self {
+        Uses {
+            server_groups: true,
+            manila: true,
+        }
+    }
+}
+
+impl Uses {
+    /// From the cluster's labels. A value that does not parse counts as
+    /// used: a listing then has to succeed rather than be skipped.
+    pub fn from_labels(labels: &BTreeMap<String, String>) -> Uses {
+        let manila = labels.get("manila_csi_enabled").is_some_and(|v| {
+            !matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "false" | "0" | "no" | "off" | ""
+            )
+        });
+        let server_groups = labels
+            .get("server_group_policies")
+            .is_some_and(|v| !v.trim().is_empty());
+        Uses {
+            server_groups,
+            manila,
+        }
+    }
+
+    pub fn uses(&self, s: Service) -> bool {
+        match s {
+            Service::Network | Service::LoadBalancer | Service::BlockStorage => true,
+            Service::Compute => self.server_groups,
+            Service::SharedFileSystem => self.manila,
+        }
+    }
+}
+
+/// A service's listing that failed (its own message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListFailure {
+    pub service: Service,
+    pub error: String,
+}
+
+/// Of the listings that failed, those that keep the clean-up from
+/// finishing (a service the cluster uses: what it made there is unknown)
+/// and those that do not (a service it cannot have made anything in: a
+/// Manila that refuses the credential's role, or is down, does not hold
+/// up the delete of a cluster without Manila CSI).
+pub fn blocking_failures<'a>(
+    uses: &Uses,
+    failed: &'a [ListFailure],
+) -> (Vec<&'a ListFailure>, Vec<&'a ListFailure>) {
+    failed.iter().partition(|f| uses.uses(f.service))
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -187,6 +304,13 @@ pub struct Inventory {
     pub server_groups: Vec<ServerGroup>,
     pub shares: Vec<Share>,
     pub share_snapshots: Vec<ShareSnapshot>,
+    pub backups: Vec<Backup>,
+    /// Servers that attached volumes of the cluster's name and Nova
+    /// answered 404 for: gone, so their attachments are stale.
+    pub gone_servers: BTreeSet<String>,
+    /// Listings that failed (what they would have listed is missing
+    /// above).
+    pub failed: Vec<ListFailure>,
 }
 
 /// A Manila share (`shares/detail`).
@@ -218,6 +342,8 @@ pub enum Kind {
     LoadBalancer,
     SecurityGroup,
     Snapshot,
+    Backup,
+    Attachment,
     Volume,
     ShareSnapshot,
     Share,
@@ -231,6 +357,8 @@ impl Kind {
             Kind::LoadBalancer => "load_balancer",
             Kind::SecurityGroup => "security_group",
             Kind::Snapshot => "snapshot",
+            Kind::Backup => "backup",
+            Kind::Attachment => "volume_attachment",
             Kind::Volume => "volume",
             Kind::ShareSnapshot => "share_snapshot",
             Kind::Share => "share",
@@ -243,6 +371,8 @@ impl Kind {
             Kind::LoadBalancer => "load balancer",
             Kind::SecurityGroup => "security group",
             Kind::Snapshot => "snapshot",
+            Kind::Backup => "backup",
+            Kind::Attachment => "volume attachment",
             Kind::Volume => "volume",
             Kind::ShareSnapshot => "Manila share snapshot",
             Kind::Share => "Manila share",
@@ -358,6 +488,12 @@ pub fn owns_security_group(scope: &Scope, sg: &SecurityGroup) -> bool {
     !scope.legacy() && service_of(&sg.description, "Security Group for ", &suffix).is_some()
 }
 
+/// Whether Cinder CSI made this volume for this cluster (its attachments'
+/// servers are looked up in Nova: [`Inventory::gone_servers`]).
+pub fn owns_volume(scope: &Scope, v: &Volume) -> bool {
+    tagged(scope, &v.metadata)
+}
+
 fn tagged(scope: &Scope, metadata: &BTreeMap<String, String>) -> bool {
     !scope.legacy() && metadata.get(CSI_CLUSTER_KEY).map(String::as_str) == Some(&scope.identity)
 }
@@ -382,6 +518,10 @@ fn volume_deletable(status: &str) -> bool {
     )
 }
 fn snapshot_deletable(status: &str) -> bool {
+    matches!(status, "available" | "error")
+}
+/// Cinder deletes a backup from these (`backup/api.py`, `delete`).
+fn backup_deletable(status: &str) -> bool {
     matches!(status, "available" | "error")
 }
 /// Manila deletes a share from these (`share/api.py`, `delete`).
@@ -424,13 +564,26 @@ pub fn plan(scope: &Scope, inv: &Inventory) -> Plan {
         .filter(|p| !p.is_empty())
         .collect();
     for fip in &inv.floating_ips {
-        if owns_floating_ip(scope, fip, &lb_ports) {
-            p.delete.push(Item {
-                kind: Kind::FloatingIp,
-                id: fip.id.clone(),
-                label: name_or_id(&fip.address, &fip.id),
-                status: String::new(),
-            });
+        if !owns_floating_ip(scope, fip, &lb_ports) {
+            continue;
+        }
+        let mut item = Item {
+            kind: Kind::FloatingIp,
+            id: fip.id.clone(),
+            label: name_or_id(&fip.address, &fip.id),
+            status: String::new(),
+        };
+        // Named for us, but on a port that is not one of our load
+        // balancers': OCCM kept it (`keep-floatingip`) and another
+        // cluster's Service took the address (`loadBalancerIP`; OCCM only
+        // moves the port, `updateFloatingIP`, the description stays ours).
+        // It is that cluster's address now.
+        match fip.port_id.as_deref() {
+            Some(port) if !lb_ports.contains(port) => {
+                item.status = format!("attached to port {port}, not one of the cluster's");
+                p.keep.push(item);
+            }
+            _ => p.delete.push(item),
         }
     }
     for lb in lbs {
@@ -475,22 +628,27 @@ pub fn plan(scope: &Scope, inv: &Inventory) -> Plan {
     // and those with a kept snapshot (kept with it: it is that volume's data).
     let mut snapshots_left: BTreeSet<&str> = BTreeSet::new();
     let mut kept_snapshot: BTreeSet<&str> = BTreeSet::new();
+    // A copy of a volume's data (snapshot, backup): the cluster's when
+    // tagged or of one of its volumes; `Some(true)` when it is kept.
+    let copy_kept = |volume_id: &str, metadata: &BTreeMap<String, String>| {
+        let of_ours = volumes_going.contains(volume_id) || volumes_kept.contains(volume_id);
+        (tagged(scope, metadata) || of_ours).then(|| {
+            scope.volumes == VolumesPolicy::Keep
+                || marked_keep(metadata)
+                || volumes_kept.contains(volume_id)
+        })
+    };
     for s in &inv.snapshots {
-        let of_ours = volumes_going.contains(s.volume_id.as_str())
-            || volumes_kept.contains(s.volume_id.as_str());
-        if !(tagged(scope, &s.metadata) || of_ours) {
+        let Some(kept) = copy_kept(&s.volume_id, &s.metadata) else {
             continue;
-        }
+        };
         let item = Item {
             kind: Kind::Snapshot,
             id: s.id.clone(),
             label: name_or_id(&s.name, &s.id),
             status: s.status.clone(),
         };
-        if scope.volumes == VolumesPolicy::Keep
-            || marked_keep(&s.metadata)
-            || volumes_kept.contains(s.volume_id.as_str())
-        {
+        if kept {
             kept_snapshot.insert(s.volume_id.as_str());
             p.keep.push(item);
         } else {
@@ -502,11 +660,32 @@ pub fn plan(scope: &Scope, inv: &Inventory) -> Plan {
             }
         }
     }
+    // Backups: the cluster's when tagged or of one of its volumes, kept
+    // as snapshots are. Cinder deletes a volume that has backups (only
+    // snapshots hold it), so no volume waits for them.
+    for b in &inv.backups {
+        let Some(kept) = copy_kept(&b.volume_id, &b.metadata) else {
+            continue;
+        };
+        let item = Item {
+            kind: Kind::Backup,
+            id: b.id.clone(),
+            label: name_or_id(&b.name, &b.id),
+            status: b.status.clone(),
+        };
+        if kept {
+            p.keep.push(item);
+        } else if backup_deletable(&b.status) {
+            p.delete.push(item);
+        } else {
+            p.wait.push(item);
+        }
+    }
     for v in &inv.volumes {
         if !tagged(scope, &v.metadata) {
             continue;
         }
-        let item = Item {
+        let mut item = Item {
             kind: Kind::Volume,
             id: v.id.clone(),
             label: name_or_id(&v.name, &v.id),
@@ -514,7 +693,31 @@ pub fn plan(scope: &Scope, inv: &Inventory) -> Plan {
         };
         if !volumes_going.contains(v.id.as_str()) || kept_snapshot.contains(v.id.as_str()) {
             p.keep.push(item);
-        } else if snapshots_left.contains(v.id.as_str()) || !volume_deletable(&v.status) {
+            continue;
+        }
+        // Attached to a server Nova no longer has: nothing will ever
+        // detach it (the server's delete did not reach Cinder), so the
+        // attachment goes; attached to a live one: waited for, named.
+        let (stale, live): (Vec<&Attachment>, Vec<&Attachment>) = v
+            .attachments
+            .iter()
+            .partition(|a| inv.gone_servers.contains(&a.server_id));
+        for a in &stale {
+            p.delete.push(Item {
+                kind: Kind::Attachment,
+                id: a.id.clone(),
+                label: format!("{} on gone server {}", item.label, a.server_id),
+                status: String::new(),
+            });
+        }
+        if !live.is_empty() {
+            let servers: Vec<&str> = live.iter().map(|a| a.server_id.as_str()).collect();
+            item.status = format!("{} (attached to server {})", v.status, servers.join(", "));
+        }
+        if snapshots_left.contains(v.id.as_str())
+            || !stale.is_empty()
+            || !volume_deletable(&v.status)
+        {
             p.wait.push(item);
         } else {
             p.delete.push(item);
@@ -587,6 +790,24 @@ pub fn plan(scope: &Scope, inv: &Inventory) -> Plan {
     p
 }
 
+/// A load balancer Octavia left in ERROR (a delete its provider failed:
+/// an amphora that did not answer, a driver error) is asked again with a
+/// backoff from the last request: 15 s after the first, doubling, at most
+/// 5 minutes apart. `requests`: delete requests made for it so far;
+/// `None`: ask now; `Some(wait)`: the time left until the next request.
+pub fn error_retry_wait(
+    requests: u32,
+    since_last: std::time::Duration,
+) -> Option<std::time::Duration> {
+    if requests == 0 {
+        return None;
+    }
+    let backoff = std::time::Duration::from_secs(15)
+        .saturating_mul(1 << (requests - 1).min(5))
+        .min(std::time::Duration::from_secs(300));
+    backoff.checked_sub(since_last).filter(|w| !w.is_zero())
+}
+
 /// What people see for a resource: its name, else its id.
 fn name_or_id(name: &str, id: &str) -> String {
     if name.is_empty() { id } else { name }.to_string()
@@ -639,6 +860,7 @@ mod tests {
             cluster_uuid: A.into(),
             own_network: Some("net-a".into()),
             volumes: VolumesPolicy::Delete,
+            uses: Uses::default(),
         }
     }
     fn lb(id: &str, cluster: &str, svc: &str, status: &str, net: &str) -> LoadBalancer {
@@ -932,30 +1154,35 @@ mod tests {
                     name: "pvc-1".into(),
                     status: "available".into(),
                     metadata: tag.clone(),
+                    ..Default::default()
                 },
                 Volume {
                     id: "v2".into(),
                     name: "pvc-2".into(),
                     status: "available".into(),
                     metadata: tag.clone(),
+                    ..Default::default()
                 },
                 Volume {
                     id: "v3".into(),
                     name: "pvc-3".into(),
                     status: "in-use".into(),
                     metadata: tag.clone(),
+                    ..Default::default()
                 },
                 Volume {
                     id: "v4".into(),
                     name: "keep-me".into(),
                     status: "available".into(),
                     metadata: meta(&[(CSI_CLUSTER_KEY, A), (KEEP_PROPERTIES[0], "true")]),
+                    ..Default::default()
                 },
                 Volume {
                     id: "u".into(),
                     name: "users-own".into(),
                     status: "available".into(),
                     metadata: BTreeMap::new(),
+                    ..Default::default()
                 },
             ],
             snapshots: vec![Snapshot {
@@ -1015,6 +1242,253 @@ mod tests {
         let p = plan(&s, &inv);
         assert!(p.done(), "{p:?}");
         assert_eq!(p.keep.len(), 2);
+    }
+
+    #[test]
+    fn a_floating_ip_named_for_us_on_another_port_is_left() {
+        // Cluster A's address, kept by OCCM (`keep-floatingip`) and taken
+        // by cluster B's Service (`loadBalancerIP`): on B's VIP port now,
+        // the description still A's.
+        let desc =
+            format!("Floating IP for Kubernetes external service default/web from cluster {A}");
+        let fip = |id: &str, port: Option<&str>| FloatingIp {
+            id: id.into(),
+            description: desc.clone(),
+            address: format!("172.24.4.{}", id.len()),
+            port_id: port.map(str::to_string),
+        };
+        let inv = Inventory {
+            load_balancers: vec![lb("1", A, "default/web", "ACTIVE", "n")],
+            floating_ips: vec![
+                fip("on-ours", Some("port-1")),
+                fip("loose", None),
+                fip("on-theirs", Some("port-of-b")),
+            ],
+            ..Default::default()
+        };
+        let p = plan(&scope(A), &inv);
+        let ids = |v: &[Item]| v.iter().map(|i| i.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(&p.delete), ["on-ours", "loose", "1"]);
+        assert_eq!(ids(&p.keep), ["on-theirs"]);
+        assert!(
+            p.keep[0].to_string().contains("attached to port port-of-b"),
+            "{}",
+            p.keep[0]
+        );
+        // Once our load balancer is gone, its address is loose and goes;
+        // B's stays whatever happens.
+        let after = Inventory {
+            load_balancers: vec![],
+            floating_ips: vec![fip("on-theirs", Some("port-of-b"))],
+            ..Default::default()
+        };
+        let p = plan(&scope(A), &after);
+        assert!(p.done() && ids(&p.keep) == ["on-theirs"], "{p:?}");
+    }
+
+    #[test]
+    fn only_a_used_services_failed_listing_blocks() {
+        let labels = |pairs: &[(&str, &str)]| meta(pairs);
+        let none = Uses::from_labels(&labels(&[]));
+        assert_eq!(
+            none,
+            Uses {
+                server_groups: false,
+                manila: false
+            }
+        );
+        let all = Uses::from_labels(&labels(&[
+            ("manila_csi_enabled", "True"),
+            ("server_group_policies", "soft-anti-affinity"),
+        ]));
+        assert!(all.manila && all.server_groups);
+        assert!(!Uses::from_labels(&labels(&[("manila_csi_enabled", "false")])).manila);
+        // A value that does not parse: used (its listing must succeed).
+        assert!(Uses::from_labels(&labels(&[("manila_csi_enabled", "perhaps")])).manila);
+        let failed = [
+            ListFailure {
+                service: Service::SharedFileSystem,
+                error: "Manila share list: HTTP 403: Policy doesn't allow".into(),
+            },
+            ListFailure {
+                service: Service::Compute,
+                error: "Nova server group list: connection refused".into(),
+            },
+        ];
+        let (blocking, ignored) = blocking_failures(&none, &failed);
+        assert!(blocking.is_empty() && ignored.len() == 2);
+        let (blocking, ignored) = blocking_failures(&all, &failed);
+        assert!(blocking.len() == 2 && ignored.is_empty());
+        let cinder = [ListFailure {
+            service: Service::BlockStorage,
+            error: "x".into(),
+        }];
+        assert_eq!(
+            blocking_failures(&none, &cinder).0.len(),
+            1,
+            "Cinder CSI is in every cluster"
+        );
+    }
+
+    #[test]
+    fn stale_attachments_go_live_ones_are_waited_for() {
+        let vol = |id: &str, status: &str, servers: &[(&str, &str)]| Volume {
+            id: id.into(),
+            name: format!("pvc-{id}"),
+            status: status.into(),
+            metadata: meta(&[(CSI_CLUSTER_KEY, A)]),
+            attachments: servers
+                .iter()
+                .map(|(a, s)| Attachment {
+                    id: a.to_string(),
+                    server_id: s.to_string(),
+                })
+                .collect(),
+        };
+        let mut inv = Inventory {
+            volumes: vec![
+                vol("v1", "in-use", &[("att-1", "gone-server")]),
+                vol("v2", "in-use", &[("att-2", "live-server")]),
+                vol(
+                    "v3",
+                    "in-use",
+                    &[("att-3", "gone-server"), ("att-4", "live-server")],
+                ),
+                Volume {
+                    metadata: meta(&[(CSI_CLUSTER_KEY, B)]),
+                    ..vol("theirs", "in-use", &[("att-5", "gone-server")])
+                },
+            ],
+            gone_servers: ["gone-server".to_string()].into(),
+            ..Default::default()
+        };
+        let p = plan(&scope(A), &inv);
+        let by = |v: &[Item]| v.iter().map(|i| (i.kind, i.id.clone())).collect::<Vec<_>>();
+        assert_eq!(
+            by(&p.delete),
+            [
+                (Kind::Attachment, "att-1".into()),
+                (Kind::Attachment, "att-3".into())
+            ]
+        );
+        assert_eq!(
+            by(&p.wait),
+            [
+                (Kind::Volume, "v1".into()),
+                (Kind::Volume, "v2".into()),
+                (Kind::Volume, "v3".into())
+            ]
+        );
+        assert!(
+            p.wait[1]
+                .to_string()
+                .contains("attached to server live-server"),
+            "{}",
+            p.wait[1]
+        );
+        // Kept volumes' attachments are never touched.
+        let keep = Scope {
+            volumes: VolumesPolicy::Keep,
+            ..scope(A)
+        };
+        assert!(plan(&keep, &inv).done());
+        // Detached (the attachment deleted), the volume goes.
+        inv.volumes[0] = vol("v1", "available", &[]);
+        let p = plan(&scope(A), &inv);
+        assert!(
+            p.delete
+                .iter()
+                .any(|i| i.kind == Kind::Volume && i.id == "v1")
+        );
+    }
+
+    #[test]
+    fn backups_go_with_their_volumes_and_stay_with_kept_ones() {
+        let backup = |id: &str, vol: &str, status: &str, m: &[(&str, &str)]| Backup {
+            id: id.into(),
+            name: format!("backup-{id}"),
+            status: status.into(),
+            volume_id: vol.into(),
+            metadata: meta(m),
+        };
+        let inv = Inventory {
+            volumes: vec![
+                Volume {
+                    id: "v1".into(),
+                    status: "available".into(),
+                    metadata: meta(&[(CSI_CLUSTER_KEY, A)]),
+                    ..Default::default()
+                },
+                Volume {
+                    id: "v2".into(),
+                    status: "available".into(),
+                    metadata: meta(&[(CSI_CLUSTER_KEY, A), (KEEP_PROPERTIES[0], "true")]),
+                    ..Default::default()
+                },
+            ],
+            backups: vec![
+                backup("b1", "v1", "available", &[]),
+                backup("b2", "gone-volume", "error", &[(CSI_CLUSTER_KEY, A)]),
+                backup("b3", "v1", "creating", &[]),
+                backup("b4", "v2", "available", &[]),
+                backup("b5", "other", "available", &[(CSI_CLUSTER_KEY, B)]),
+                backup("b6", "v1", "available", &[(KEEP_PROPERTIES[1], "yes")]),
+            ],
+            ..Default::default()
+        };
+        let p = plan(&scope(A), &inv);
+        let by = |v: &[Item]| v.iter().map(|i| (i.kind, i.id.clone())).collect::<Vec<_>>();
+        assert_eq!(
+            by(&p.delete),
+            [
+                (Kind::Backup, "b1".into()),
+                (Kind::Backup, "b2".into()),
+                (Kind::Volume, "v1".into())
+            ]
+        );
+        assert_eq!(by(&p.wait), [(Kind::Backup, "b3".into())]);
+        assert_eq!(
+            by(&p.keep),
+            [
+                (Kind::Backup, "b4".into()),
+                (Kind::Backup, "b6".into()),
+                (Kind::Volume, "v2".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_load_balancer_in_error_is_asked_again_with_a_backoff() {
+        use std::time::Duration as D;
+        assert_eq!(error_retry_wait(0, D::ZERO), None);
+        assert_eq!(error_retry_wait(1, D::from_secs(5)), Some(D::from_secs(10)));
+        assert_eq!(error_retry_wait(1, D::from_secs(15)), None);
+        assert_eq!(
+            error_retry_wait(2, D::from_secs(20)),
+            Some(D::from_secs(10))
+        );
+        assert_eq!(error_retry_wait(3, D::from_secs(59)), Some(D::from_secs(1)));
+        // At most 5 minutes apart, however many requests.
+        assert_eq!(
+            error_retry_wait(40, D::from_secs(299)),
+            Some(D::from_secs(1))
+        );
+        assert_eq!(error_retry_wait(40, D::from_secs(300)), None);
+        // ERROR is a state a delete is asked from; PENDING_DELETE waits.
+        let inv = Inventory {
+            load_balancers: vec![
+                lb("1", A, "default/web", "ERROR", "n"),
+                lb("2", A, "default/api", "PENDING_DELETE", "n"),
+            ],
+            ..Default::default()
+        };
+        let p = plan(&scope(A), &inv);
+        assert_eq!(p.delete.len(), 1);
+        assert_eq!(
+            (p.delete[0].id.as_str(), p.delete[0].status.as_str()),
+            ("1", "ERROR")
+        );
+        assert_eq!(p.wait[0].id, "2");
     }
 
     #[test]

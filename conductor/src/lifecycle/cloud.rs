@@ -30,7 +30,8 @@ use crate::capi::naming::object_name;
 use crate::capi::render::INFRA;
 use crate::cloud::api::Credential;
 use crate::cloud::identity::{
-    self, CLEANUP_FINALIZER, IDENTITY_ANNOTATION, Scope, VOLUMES_POLICY_LABEL, VolumesPolicy,
+    self, CLEANUP_FINALIZER, IDENTITY_ANNOTATION, Kind, Scope, Uses, VOLUMES_POLICY_LABEL,
+    VolumesPolicy,
 };
 
 /// When the current delete started its clean-up (RFC 3339): the timeout
@@ -377,6 +378,36 @@ impl Engine {
         })
     }
 
+    /// Delete requests made for a load balancer of this cluster's, and,
+    /// should it be in ERROR, how long until the next may be made
+    /// ([`identity::error_retry_wait`]). Kept in this process: a
+    /// conductor taking the clean-up over asks once at once.
+    fn error_retry(&self, uuid: &str, id: &str) -> (u32, Option<Duration>) {
+        let Ok(r) = self.0.cleanup_requests.lock() else {
+            return (0, None);
+        };
+        match r.get(&(uuid.to_string(), id.to_string())) {
+            Some((n, at)) => (*n, identity::error_retry_wait(*n, at.elapsed())),
+            None => (0, None),
+        }
+    }
+
+    fn record_request(&self, uuid: &str, id: &str) {
+        if let Ok(mut r) = self.0.cleanup_requests.lock() {
+            let e = r
+                .entry((uuid.to_string(), id.to_string()))
+                .or_insert((0, std::time::Instant::now()));
+            e.0 += 1;
+            e.1 = std::time::Instant::now();
+        }
+    }
+
+    fn forget_requests(&self, uuid: &str) {
+        if let Ok(mut r) = self.0.cleanup_requests.lock() {
+            r.retain(|(u, _), _| u != uuid);
+        }
+    }
+
     pub(in crate::lifecycle) fn waiting(&self, uuid: &str, waiting: bool) {
         if let Ok(mut w) = self.0.cleanup_waiting.lock() {
             if waiting {
@@ -424,10 +455,16 @@ impl Engine {
             .unwrap_or_else(chrono::Utc::now);
         let timed_out =
             (chrono::Utc::now() - since).num_seconds() >= self.0.capi.cloud_cleanup_timeout as i64;
-        let label = cluster
+        let labels: std::collections::BTreeMap<String, String> = cluster
             .get("labels")
-            .and_then(|l| l.get(VOLUMES_POLICY_LABEL))
-            .and_then(Value::as_str);
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let label = labels.get(VOLUMES_POLICY_LABEL).map(String::as_str);
         let volumes = VolumesPolicy::parse(label).unwrap_or_else(|e| {
             tracing::warn!(cluster = %uuid, error = %e, "volumes are kept");
             VolumesPolicy::Keep
@@ -448,6 +485,7 @@ impl Engine {
             cluster_uuid: uuid.clone(),
             own_network,
             volumes,
+            uses: Uses::from_labels(&labels),
         };
         let wait = |reason: String| {
             self.waiting(&uuid, true);
@@ -482,28 +520,95 @@ impl Engine {
                 ));
             }
         };
-        let inventory = match self.0.cloud.inventory(&session).await {
-            Ok(i) => i,
-            Err(e) => {
-                tracing::warn!(cluster = %uuid, error = %e, "cloud clean-up cannot list");
-                return wait(format!(
-                    "cannot list the cluster's OpenStack resources: {e}"
-                ));
+        let inventory = self
+            .0
+            .cloud
+            .inventory(&session, |v| identity::owns_volume(&scope, v))
+            .await;
+        let (blocking, ignored) = identity::blocking_failures(&scope.uses, &inventory.failed);
+        for f in &ignored {
+            self.0
+                .metrics
+                .cloud_list_failures
+                .with_label_values(&[f.service.name(), "ignored"])
+                .inc();
+            tracing::info!(cluster = %uuid, service = f.service.name(), error = %f.error,
+                "cloud clean-up: a service the cluster never used cannot be listed; not waited for");
+        }
+        if !blocking.is_empty() {
+            // What the cluster made there is unknown: nothing is deleted
+            // on a partial view (a floating IP's load balancer unlisted
+            // would read as another cluster's), the pass is retried.
+            for f in &blocking {
+                self.0
+                    .metrics
+                    .cloud_list_failures
+                    .with_label_values(&[f.service.name(), "blocking"])
+                    .inc();
+                tracing::warn!(cluster = %uuid, service = f.service.name(), error = %f.error, "cloud clean-up cannot list");
             }
-        };
+            let named: Vec<String> = blocking
+                .iter()
+                .map(|f| format!("{}: {}", f.service.name(), f.error))
+                .collect();
+            return wait(format!(
+                "cannot list the cluster's OpenStack resources: {}",
+                named.join("; ")
+            ));
+        }
         let plan = identity::plan(&scope, &inventory);
+        for k in plan.keep.iter().filter(|k| k.kind == Kind::FloatingIp) {
+            tracing::warn!(cluster = %uuid, identity = %scope.identity, kept = %k,
+                "a floating IP named for the cluster serves another port now: left");
+        }
         if plan.done() {
             for k in &plan.keep {
                 tracing::info!(cluster = %uuid, identity = %scope.identity, kept = %k, "kept in OpenStack");
             }
             self.release_infra(&ns, stack).await?;
             self.waiting(&uuid, false);
+            self.forget_requests(&uuid);
             tracing::info!(cluster = %uuid, identity = %scope.identity, "nothing of the cluster's left in OpenStack; its network may go");
             return Ok(Cleanup::Done);
         }
         let mut errors = Vec::new();
+        // The conductor's service token, got once a pass if an attachment
+        // needs it (`delete_as_service`).
+        let mut service_token: Option<Result<common::secret::Secret, String>> = None;
         for item in &plan.delete {
-            match self.0.cloud.delete(&session, item).await {
+            // A load balancer in ERROR after our delete requests: asked
+            // again only after a backoff (a provider that failed a delete
+            // is not asked every 5 s). Every request is counted, the
+            // first one (from ACTIVE) too.
+            if item.kind == Kind::LoadBalancer {
+                let (asked, wait) = self.error_retry(&uuid, &item.id);
+                if let Some(wait) = wait.filter(|_| item.status == "ERROR") {
+                    errors.push((
+                        item.clone(),
+                        format!(
+                            "Octavia left it in ERROR after {asked} delete request(s); asking again in {} s",
+                            wait.as_secs().max(1)
+                        ),
+                    ));
+                    continue;
+                }
+                self.record_request(&uuid, &item.id);
+            }
+            let requested = if item.kind == Kind::Attachment {
+                if service_token.is_none() {
+                    service_token = Some(self.0.credentials.service_token().await);
+                }
+                match service_token.as_ref() {
+                    Some(Ok(t)) => self.0.cloud.delete_as_service(&session, item, t).await,
+                    Some(Err(e)) => Err(crate::cloud::api::ApiError::Config(format!(
+                        "Cinder removes an attachment to a gone server only for a service, and {e}"
+                    ))),
+                    None => Ok(()),
+                }
+            } else {
+                self.0.cloud.delete(&session, item).await
+            };
+            match requested {
                 Ok(()) => {
                     self.0
                         .metrics

@@ -170,6 +170,18 @@ impl Credentials {
         Ok(self.cloud(ac.auth_url, ac.id, ac.secret))
     }
 
+    /// The conductor's own service token (`[keystone_auth]`), for the
+    /// requests a service must vouch for; none with a static credential.
+    pub async fn service_token(&self) -> Result<Secret, String> {
+        match &self.source {
+            Source::Keystone(k) => k.service_token_secret().await.map_err(|e| e.to_string()),
+            Source::Static { .. } => Err(
+                "the conductor has no [keystone_auth] credentials of its own (a static application credential)"
+                    .into(),
+            ),
+        }
+    }
+
     /// Whether credentials come from Keystone (else one static credential).
     pub fn rotatable(&self) -> bool {
         matches!(self.source, Source::Keystone(_))

@@ -66,6 +66,9 @@ pub(super) struct Inner {
     pub(super) cloud: crate::cloud::api::CloudApi,
     /// Deleting clusters whose clean-up waits on OpenStack.
     pub(super) cleanup_waiting: Mutex<HashSet<String>>,
+    /// Per (cluster, load balancer): delete requests made and when the
+    /// last was (the clean-up's backoff for one Octavia left in ERROR).
+    pub(super) cleanup_requests: Mutex<HashMap<(String, String), (u32, Instant)>>,
     /// Of those, the ones with a look already scheduled.
     pub(super) cleanup_kicks: Mutex<HashSet<String>>,
 }
@@ -206,6 +209,7 @@ impl Engine {
             update_seen: Mutex::new(HashMap::new()),
             cloud,
             cleanup_waiting: Mutex::new(HashSet::new()),
+            cleanup_requests: Mutex::new(HashMap::new()),
             cleanup_kicks: Mutex::new(HashSet::new()),
         }));
         tokio::spawn(engine.clone().status_worker(rx));

@@ -217,6 +217,14 @@ impl Keystone {
         Ok(format!("{url}: a token issued for {who}"))
     }
 
+    /// The conductor's own token, sent as `X-Service-Token` where a
+    /// service must vouch for a request (a stale volume attachment's
+    /// delete: Cinder's `is_service_request`, its `[service_user]
+    /// service_token_roles`).
+    pub async fn service_token_secret(&self) -> Result<Secret, KeystoneError> {
+        Ok(self.service_token().await?.1)
+    }
+
     /// A token for the conductor itself (`[keystone_auth]`, password).
     async fn service_token(&self) -> Result<(String, Secret), KeystoneError> {
         let a = &self.auth;

@@ -7,7 +7,8 @@ and reports the outcome through octavia-lib's `DriverLibrary`
 (`update_loadbalancer_status`), which `octavia-driver-agent` receives on
 its status socket and writes to Octavia's database
 (`api/drivers/driver_agent/driver_updater.py`). This one does no work: it
-reports each create ACTIVE/ONLINE and each delete DELETED, a moment later,
+reports each create ACTIVE/ONLINE and each delete DELETED (a cascade
+delete's listeners, pools, members and monitors with it), a moment later,
 from a thread, through that same path (load balancers, listeners, pools,
 health monitors; Octavia's API has validated the request first, e.g. a
 pool's `lb_algorithm` and a monitor's type and timings).
@@ -26,6 +27,12 @@ refuses to delete the network while the port is on it.
 A load balancer whose id is named by a file `<state dir>/stall/<id>`
 (OCTAVIA_TEST_PROVIDER_DIR) is not reported deleted while the file exists:
 a provider that never finishes deleting, as in CAPO #1788's discussion.
+One named by `<state dir>/fail/<id>` has its next delete fail: the file is
+removed and the load balancer reported ERROR (what the amphora driver's
+delete flow reverts to when a step fails: octavia
+`controller/worker/v2/tasks/lifecycle_tasks.py`,
+`LoadBalancerToErrorOnRevertTask`), its VIP port left; the delete after
+that succeeds.
 """
 import json
 import os
@@ -139,12 +146,34 @@ class Driver(provider_base.ProviderDriver):
     def loadbalancer_delete(self, loadbalancer, cascade=False):
         lb = loadbalancer.loadbalancer_id
         stall = os.path.join(_state_dir(), "stall", lb)
+        fail = os.path.join(_state_dir(), "fail", lb)
+        if os.path.exists(fail):
+            os.remove(fail)
+            self._later(lambda: self._report({"loadbalancers": [{"id": lb, "provisioning_status": "ERROR"}]}))
+            return
+
+        # With `cascade`, what hangs off the load balancer goes with it, as
+        # a real provider reports it (the driver agent then deletes their
+        # rows: octavia `api/drivers/driver_agent/driver_updater.py`,
+        # `_process_status_update`); Octavia's API hands them over in the
+        # load balancer (`api/drivers/utils.py`,
+        # `db_loadbalancer_to_provider_loadbalancer`).
+        gone = {"loadbalancers": [{"id": lb, "provisioning_status": "DELETED"}]}
+        if cascade:
+            pools = loadbalancer.pools or []
+            for key, ids in (
+                    ("listeners", [x.listener_id for x in loadbalancer.listeners or []]),
+                    ("pools", [p.pool_id for p in pools]),
+                    ("members", [m.member_id for p in pools for m in p.members or []]),
+                    ("healthmonitors", [p.healthmonitor.healthmonitor_id for p in pools if p.healthmonitor])):
+                if ids:
+                    gone[key] = [{"id": i, "provisioning_status": "DELETED"} for i in ids]
 
         def done():
             while os.path.exists(stall):
                 time.sleep(0.5)
             self._release_vip_port(lb)
-            self._report({"loadbalancers": [{"id": lb, "provisioning_status": "DELETED"}]})
+            self._report(gone)
         self._later(done)
 
     def loadbalancer_failover(self, loadbalancer_id):
