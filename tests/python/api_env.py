@@ -256,6 +256,11 @@ class ApiEnv:
                     p.wait(10)
                 except subprocess.TimeoutExpired:
                     p.kill()
+        # The WSGI runner's serving loop ended and went on (its output says
+        # with what): said in the test's output too.
+        out = self.tmp / "magnum-api.out"
+        if out.exists() and "the serving loop ended" in out.read_text(errors="replace"):
+            print(f"magnum-api's serving loop ended at least once and went on: see {out}")
         rc = self.conductor.stop() if hasattr(self, "conductor") else None
         if hasattr(self, "sim"):
             self.sim.stop()

@@ -8,11 +8,21 @@ goes to the conductor. Run with the magnum-api venv's Python:
 A signal that ends it is written to its output with the sending process
 (its PID and command line), so that a test whose magnum-api went away can
 say who ended it (SIGKILL cannot be caught: the test then sees -9).
+
+The serving loop is socketserver's own, not werkzeug's `run_simple`, whose
+`serve_forever` closes the listening socket on any exception and swallows
+KeyboardInterrupt: in three CI runs tempest's magnum-api refused every
+connection from one moment on while its process was still alive (its
+main thread gone, oslo.messaging's threads keeping it up) and without a
+line of output. Here an exception that ends the loop is written to the
+output with its traceback and the loop goes on, on the same socket.
 """
 import os
 import signal
+import socketserver
 import sys
 import threading
+import traceback
 
 conf, host, port = sys.argv[1:4]
 # magnum.wsgi.api reads its configuration from sys.argv when imported.
@@ -42,4 +52,11 @@ threading.Thread(target=_ended_by, name="ended-by", daemon=True).start()
 from magnum.wsgi import api  # noqa: E402
 from werkzeug import serving  # noqa: E402
 
-serving.run_simple(host, int(port), api.application, threaded=True)
+server = serving.make_server(host, int(port), api.application, threaded=True)
+while True:
+    try:
+        socketserver.BaseServer.serve_forever(server, poll_interval=0.5)
+    except BaseException as e:  # noqa: B902 (KeyboardInterrupt and SystemExit included, on purpose)
+        sys.stdout.write(f"[magnum_api_wsgi] the serving loop ended with {type(e).__name__}: {e}; "
+                         f"serving on\n{traceback.format_exc()}")
+        sys.stdout.flush()

@@ -11,7 +11,7 @@ catalog by the tests:
   there, as Octavia's allowed-address-pairs driver makes it):
   `load-balancer`.
 
-- Cinder's API server, scheduler and volume service (CINDER_VENV), the
+- Cinder's API server, scheduler, volume and backup services (CINDER_VENV), the
   volume service with Cinder's own storage-free driver
   (`cinder.tests.fake_driver.FakeLoggingVolumeDriver`, shipped in the
   wheel, the one Cinder's functional tests use), on its own RabbitMQ
@@ -287,6 +287,15 @@ class Cinder:
                     f"osapi_volume_listen = 127.0.0.1\nosapi_volume_listen_port = {self.port}\n"
                     f"osapi_volume_workers = 1\nenabled_backends = fake\nhost = cinder-test-host\n"
                     f"quota_volumes = -1\nquota_snapshots = -1\nquota_gigabytes = -1\n"
+                    # Backups: Cinder's own storage-free backup driver (its
+                    # tests'); os-brick's and Cinder's privileged helpers run
+                    # without sudo (the suite runs as root). A backup of the
+                    # fake driver's volumes fails to copy (no initiator to
+                    # attach with) and ends in `error`, a backup record as
+                    # any other: listed, shown, deleted by the backup service.
+                    f"backup_driver = cinder.tests.unit.backup.fake_service.FakeBackupService\n"
+                    f"[privsep]\nhelper_command = {CINDER_VENV}/bin/privsep-helper --config-file {conf}\n"
+                    f"[privsep_osbrick]\nhelper_command = {CINDER_VENV}/bin/privsep-helper --config-file {conf}\n"
                     f"[fake]\nvolume_driver = cinder.tests.fake_driver.FakeLoggingVolumeDriver\n"
                     f"volume_backend_name = fake\n"
                     f"[database]\nconnection = mysql+pymysql://root@127.0.0.1:3306/{db_name}\n"
@@ -295,7 +304,8 @@ class Cinder:
         database(db_name, CINDER_VENV, "cinder",
                  lambda: manage(f"{CINDER_VENV}/bin/cinder-manage", "--config-file", conf, "db", "sync"))
         env = dict(os.environ, PYTHONWARNINGS="ignore")
-        self.procs, logs = start([f"{CINDER_VENV}/bin/{b}" for b in ("cinder-volume", "cinder-scheduler", "cinder-api")],
+        self.procs, logs = start([f"{CINDER_VENV}/bin/{b}"
+                                  for b in ("cinder-volume", "cinder-backup", "cinder-scheduler", "cinder-api")],
                                  conf, env, self.dir)
         wait_http(f"http://127.0.0.1:{self.port}/", self.procs, logs, "Cinder")
 

@@ -369,6 +369,30 @@ def moved_address(env, c, uuid, uuid2, stack2):
     return lb["id"], fip["floatingip"]["id"], None, lb["vip_port_id"]
 
 
+# Cinder's backups with their metadata.
+BACKUPS = {"OpenStack-API-Version": "volume 3.43"}
+
+
+def backed_up(c, vol, identity):
+    """A backup of `vol` as Cinder CSI makes one for cluster `identity`
+    (cloud-provider-openstack `pkg/csi/cinder/controllerserver.go`,
+    `createBackup`: the cluster in its metadata), once the backup service
+    is done with it: `error` here, the suite's volumes having no data to
+    copy (openstack_services.Cinder), a backup record all the same. Its id."""
+    status, _, b = call("POST", f"{c['cinder']}/backups", c["token"], {"backup": {
+        "volume_id": vol, "name": f"snapshot-{vol[:8]}", "metadata": {CSI_KEY: identity}}}, BACKUPS)
+    assert status == 202, (status, b)
+    backup = b["backup"]["id"]
+    deadline = time.time() + 120
+    while (got := call("GET", f"{c['cinder']}/backups/{backup}", c["token"], None, BACKUPS)[2]["backup"])[
+            "status"] == "creating":
+        assert time.time() < deadline, got
+        time.sleep(0.3)
+    assert got["metadata"] == {CSI_KEY: identity}, got
+    wait_status(c, f"/volumes/{vol}", "volume", "available")
+    return backup
+
+
 def attached_to_a_gone_server(c, vol):
     """`vol` attached through Cinder's attachments API (3.27; completed,
     3.44) to a server id Nova does not have, as a server deleted while
@@ -389,6 +413,8 @@ def attached_to_a_gone_server(c, vol):
 def cleanup_all(c):
     """Remove what a test left in the project (the next test starts empty)."""
     c["lbaas"].release_all()
+    for b in call("GET", f"{c['cinder']}/backups/detail", c["token"], None, BACKUPS)[2]["backups"]:
+        api(c, "cinder", "DELETE", f"/backups/{b['id']}", ok=(202, 400, 404))  # 400: still creating
     vols, snaps = storage(c)
     for s in snaps:
         api(c, "cinder", "DELETE", f"/snapshots/{s}", ok=(202, 404))
@@ -483,6 +509,9 @@ def test_delete_removes_only_this_clusters_resources(env, cloud):
     # One of ours still attached to a server Nova no longer has (its
     # delete never reached Cinder): nothing else would ever detach it.
     stale = attached_to_a_gone_server(c, volume(c, "pvc-stale", uuid))
+    # A backup of another (Cinder CSI's backups carry the cluster as its
+    # snapshots do).
+    backup = backed_up(c, our_vols[1], uuid)
     theirs = claim(env, c, stack2, "data-0")
     kept_vols = {volume(c, "pvc-keep", uuid, keep=True), theirs, volume(c, "pvc-longer", uuid + "-2"),
                  volume(c, "data", None)}
@@ -492,7 +521,7 @@ def test_delete_removes_only_this_clusters_resources(env, cloud):
     hanging = hanging_off(c, web[0], uuid)
     assert all(hanging.values()), hanging  # its listener, pool and monitor (expose)
     metrics = {k: env.conductor.metric("magnum_conductor_cloud_deletions_total", kind=k, outcome="requested")
-               for k in ("load_balancer", "floating_ip", "security_group", "volume_attachment")}
+               for k in ("load_balancer", "floating_ip", "security_group", "volume_attachment", "backup")}
 
     env.client("delete", uuid, project=c["project"])
     got, seen = env.wait(uuid, lambda g: g["cluster"] is None, timeout=180)
@@ -501,6 +530,10 @@ def test_delete_removes_only_this_clusters_resources(env, cloud):
     assert (env.conductor.metric("magnum_conductor_cloud_deletions_total", kind="volume_attachment",
                                  outcome="requested") - metrics["volume_attachment"]) == 1, seen
     assert stale not in storage(c)[0], seen
+    # The backup went with its volume.
+    assert call("GET", f"{c['cinder']}/backups/{backup}", c["token"], None, BACKUPS)[0] == 404, seen
+    assert (env.conductor.metric("magnum_conductor_cloud_deletions_total", kind="backup", outcome="requested")
+            - metrics["backup"]) == 1, seen
     # Octavia's cascade took what hung off the load balancer with it.
     assert not any(hanging_off(c, web[0], uuid).values()), (hanging, seen)
     # B's Service keeps the address that once was ours, on its port.
