@@ -256,14 +256,11 @@ class ApiEnv:
                     p.wait(10)
                 except subprocess.TimeoutExpired:
                     p.kill()
-        # The WSGI runner's serving loop ended, or its listening socket went
-        # from under it, and it went on (its output says what it saw): said
-        # in the test's output too.
+        # The WSGI runner's serving loop ended and went on (its output says
+        # with what): said in the test's output too.
         out = self.tmp / "magnum-api.out"
-        said = out.read_text(errors="replace") if out.exists() else ""
-        for what in ("the serving loop ended", "the listening socket"):
-            if what in said:
-                print(f"magnum-api's WSGI runner: {what} ... and it went on: see {out}")
+        if out.exists() and "the serving loop ended" in out.read_text(errors="replace"):
+            print(f"magnum-api's serving loop ended at least once and went on: see {out}")
         rc = self.conductor.stop() if hasattr(self, "conductor") else None
         if hasattr(self, "sim"):
             self.sim.stop()

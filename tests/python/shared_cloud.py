@@ -146,24 +146,38 @@ class Cloud:
                     self.call("POST", f"{self.keystone_url}/endpoints", {"endpoint": {
                         "service_id": e["service_id"], "interface": e["interface"], "url": e["url"],
                         "region_id": region}})
-        for kind, url in extra.items():
-            sid = self.call("POST", f"{self.keystone_url}/services",
-                            {"service": {"type": kind, "name": f"{kind}-{region}"}})["service"]["id"]
-            for interface in INTERFACES:
-                self.call("POST", f"{self.keystone_url}/endpoints", {"endpoint": {
-                    "service_id": sid, "interface": interface, "url": url, "region_id": region}})
+        # One service of each type for every region's endpoints: tempest
+        # takes the first service of a type in the catalog and only then
+        # filters its endpoints by region, falling back to that service's
+        # first endpoint (tempest/lib/auth.py, KeystoneV3AuthProvider
+        # `_base_url`); with a service per region it reached another
+        # region's magnum-api as soon as other tests registered theirs
+        # (tempest's "Connection refused" as the Python stage started).
+        with open(self.dir / "services.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            for kind, url in extra.items():
+                have = self.call("GET", f"{self.keystone_url}/services?type={kind}")["services"]
+                sid = min(x["id"] for x in have) if have else self.call(
+                    "POST", f"{self.keystone_url}/services", {"service": {"type": kind, "name": kind}})["service"]["id"]
+                for interface in INTERFACES:
+                    self.call("POST", f"{self.keystone_url}/endpoints", {"endpoint": {
+                        "service_id": sid, "interface": interface, "url": url, "region_id": region}})
         return region
 
     def drop_region(self, region):
-        """The region's endpoints, the services only it held, the region."""
-        endpoints = self.call("GET", f"{self.keystone_url}/endpoints")["endpoints"]
-        mine = [e for e in endpoints if e["region_id"] == region]
-        elsewhere = {e["service_id"] for e in endpoints if e["region_id"] != region}
-        for e in mine:
-            self.call("DELETE", f"{self.keystone_url}/endpoints/{e['id']}")
-        for sid in {e["service_id"] for e in mine} - elsewhere:
-            self.call("DELETE", f"{self.keystone_url}/services/{sid}")
-        self.call("DELETE", f"{self.keystone_url}/regions/{region}")
+        """The region's endpoints, the services only it held, the region
+        (under the lock `region` takes: a service another region is about
+        to use is not deleted from under it)."""
+        with open(self.dir / "services.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            endpoints = self.call("GET", f"{self.keystone_url}/endpoints")["endpoints"]
+            mine = [e for e in endpoints if e["region_id"] == region]
+            elsewhere = {e["service_id"] for e in endpoints if e["region_id"] != region}
+            for e in mine:
+                self.call("DELETE", f"{self.keystone_url}/endpoints/{e['id']}")
+            for sid in {e["service_id"] for e in mine} - elsewhere:
+                self.call("DELETE", f"{self.keystone_url}/services/{sid}")
+            self.call("DELETE", f"{self.keystone_url}/regions/{region}")
 
     def octavia_stall(self, lb_id):
         """The suite's Octavia provider holds `lb_id`'s deletion until

@@ -47,7 +47,9 @@ import subprocess
 
 import pytest
 
+import shared_cloud
 from api_env import ApiEnv, CACHE
+from conftest import free_port
 
 TEMPEST_VENV = os.environ.get("TEMPEST_VENV", f"{CACHE}/venv-tempest-47.0.0")
 PLUGIN = "magnum_tempest_plugin.tests.api.v1"
@@ -77,11 +79,22 @@ def cloud(tmp_path_factory):
     # plugin's templates leave network_driver unset).
     network = ("[cluster_template]\nkubernetes_default_network_driver = calico\n"
                "kubernetes_allowed_network_drivers = calico,cilium\n")
+    # Another magnum-api's region, registered first, at an address nothing
+    # answers (as every other test's is while tempest runs): tempest takes
+    # the first service of a type in the catalog and only then its
+    # region's endpoint (tempest/lib/auth.py, KeystoneV3AuthProvider
+    # `base_url`), so it must find its own through the one service.
+    shared = shared_cloud.get()
+    decoy = shared.region("decoy", **{"container-infra": f"http://127.0.0.1:{free_port()}/v1"})
     # Tempest looks every service up in its one region ([identity]
     # region): identity (its admin makes the dynamic credentials), compute
     # (their keypairs), image and network beside magnum-api.
-    env = ApiEnv(tmp, release="23", mode="wsgi", line="v1beta2", workload_apiservers=True,
-                 api_conf_extra=network, region_services=("identity", "compute", "image", "network"))
+    try:
+        env = ApiEnv(tmp, release="23", mode="wsgi", line="v1beta2", workload_apiservers=True,
+                     api_conf_extra=network, region_services=("identity", "compute", "image", "network"))
+    except BaseException:
+        shared.drop_region(decoy)
+        raise
     try:
         ws = tmp / "workspace"
         subprocess.run([tempest, "init", "--workspace-path", str(tmp / "workspaces.yaml"), str(ws)],
@@ -129,6 +142,7 @@ magnum = false
         yield dict(env=env, ws=ws, tempest=tempest)
     finally:
         env.close()
+        shared.drop_region(decoy)
 
 
 def run(cloud, regex, name):
