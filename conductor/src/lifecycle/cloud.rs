@@ -378,28 +378,24 @@ impl Engine {
         })
     }
 
-    /// Delete requests made for a load balancer of this cluster's, and,
-    /// should it be in ERROR, how long until the next may be made
-    /// ([`identity::error_retry_wait`]). Kept in this process: a
-    /// conductor taking the clean-up over asks once at once.
-    fn error_retry(&self, uuid: &str, id: &str) -> (u32, Option<Duration>) {
-        let Ok(r) = self.0.cleanup_requests.lock() else {
-            return (0, None);
+    /// Whether a delete of this cluster's load balancer `id` may be asked
+    /// now (counted, when it may): `Some((requests so far, time left))`
+    /// while one Octavia left in ERROR (`in_error`) waits out its backoff
+    /// ([`identity::error_retry_wait`]). Kept in this process: a conductor
+    /// taking the clean-up over asks once at once.
+    fn lb_delete_held(&self, uuid: &str, id: &str, in_error: bool) -> Option<(u32, Duration)> {
+        let Ok(mut r) = self.0.cleanup_requests.lock() else {
+            return None;
         };
-        match r.get(&(uuid.to_string(), id.to_string())) {
-            Some((n, at)) => (*n, identity::error_retry_wait(*n, at.elapsed())),
-            None => (0, None),
+        let now = std::time::Instant::now();
+        let e = r
+            .entry((uuid.to_string(), id.to_string()))
+            .or_insert((0, now));
+        if in_error && let Some(wait) = identity::error_retry_wait(e.0, e.1.elapsed()) {
+            return Some((e.0, wait));
         }
-    }
-
-    fn record_request(&self, uuid: &str, id: &str) {
-        if let Ok(mut r) = self.0.cleanup_requests.lock() {
-            let e = r
-                .entry((uuid.to_string(), id.to_string()))
-                .or_insert((0, std::time::Instant::now()));
-            e.0 += 1;
-            e.1 = std::time::Instant::now();
-        }
+        *e = (e.0 + 1, now);
+        None
     }
 
     fn forget_requests(&self, uuid: &str) {
@@ -455,15 +451,7 @@ impl Engine {
             .unwrap_or_else(chrono::Utc::now);
         let timed_out =
             (chrono::Utc::now() - since).num_seconds() >= self.0.capi.cloud_cleanup_timeout as i64;
-        let labels: std::collections::BTreeMap<String, String> = cluster
-            .get("labels")
-            .and_then(Value::as_object)
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let labels = rows::dict(cluster.get("labels"));
         let label = labels.get(VOLUMES_POLICY_LABEL).map(String::as_str);
         let volumes = VolumesPolicy::parse(label).unwrap_or_else(|e| {
             tracing::warn!(cluster = %uuid, error = %e, "volumes are kept");
@@ -580,30 +568,29 @@ impl Engine {
             // again only after a backoff (a provider that failed a delete
             // is not asked every 5 s). Every request is counted, the
             // first one (from ACTIVE) too.
-            if item.kind == Kind::LoadBalancer {
-                let (asked, wait) = self.error_retry(&uuid, &item.id);
-                if let Some(wait) = wait.filter(|_| item.status == "ERROR") {
-                    errors.push((
-                        item.clone(),
-                        format!(
-                            "Octavia left it in ERROR after {asked} delete request(s); asking again in {} s",
-                            wait.as_secs().max(1)
-                        ),
-                    ));
-                    continue;
-                }
-                self.record_request(&uuid, &item.id);
+            if item.kind == Kind::LoadBalancer
+                && let Some((asked, wait)) =
+                    self.lb_delete_held(&uuid, &item.id, item.status == "ERROR")
+            {
+                errors.push((
+                    item.clone(),
+                    format!(
+                        "Octavia left it in ERROR after {asked} delete request(s); asking again in {} s",
+                        wait.as_secs().max(1)
+                    ),
+                ));
+                continue;
             }
             let requested = if item.kind == Kind::Attachment {
-                if service_token.is_none() {
-                    service_token = Some(self.0.credentials.service_token().await);
-                }
-                match service_token.as_ref() {
-                    Some(Ok(t)) => self.0.cloud.delete_as_service(&session, item, t).await,
-                    Some(Err(e)) => Err(crate::cloud::api::ApiError::Config(format!(
+                let token = match &mut service_token {
+                    Some(t) => t,
+                    slot => slot.insert(self.0.credentials.service_token().await),
+                };
+                match token {
+                    Ok(t) => self.0.cloud.delete_as_service(&session, item, t).await,
+                    Err(e) => Err(crate::cloud::api::ApiError::Config(format!(
                         "Cinder removes an attachment to a gone server only for a service, and {e}"
                     ))),
-                    None => Ok(()),
                 }
             } else {
                 self.0.cloud.delete(&session, item).await

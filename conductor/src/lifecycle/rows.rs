@@ -143,7 +143,8 @@ pub fn default_nodegroup(
     Ok(ng)
 }
 
-fn dict(v: Option<&Value>) -> BTreeMap<String, String> {
+/// A row's string map (`labels`), each value as Magnum's own string.
+pub(in crate::lifecycle) fn dict(v: Option<&Value>) -> BTreeMap<String, String> {
     v.and_then(Value::as_object)
         .map(|m| {
             m.iter()
