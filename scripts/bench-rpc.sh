@@ -16,18 +16,21 @@
 #       --python the Python conductor's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 exports="$(scripts/setup-env.sh | tail -n 1)"  # a failure stops here (eval of nothing would not)
 eval "$exports"
+own_services
 cargo build --release --quiet -p conductor -p integration-tests --bin magnum-conductor --bin mc-rpc-load
+release="$(cargo_target_dir)/release"
 if [ "${1:-}" = "--instructions" ]; then
   shift
-  "$MAGNUM_VENV/bin/python" tests/python/bench_instructions.py --load "$PWD/target/release/mc-rpc-load" \
-    --conductor "$PWD/target/release/magnum-conductor" "$@"
+  "$MAGNUM_VENV/bin/python" tests/python/bench_instructions.py --load "$release/mc-rpc-load" \
+    --conductor "$release/magnum-conductor" "$@"
 elif [ "${1:-}" = "--magnum-client" ]; then
   shift
-  MAGNUM_CONDUCTOR_BIN="$PWD/target/release/magnum-conductor" \
+  MAGNUM_CONDUCTOR_BIN="$release/magnum-conductor" \
     "$MAGNUM_VENV/bin/python" tests/python/bench_ping.py "$@"
 else
-  "$MAGNUM_VENV/bin/python" tests/python/bench_load.py --load "$PWD/target/release/mc-rpc-load" \
-    --conductor "$PWD/target/release/magnum-conductor" "$@"
+  "$MAGNUM_VENV/bin/python" tests/python/bench_load.py --load "$release/mc-rpc-load" \
+    --conductor "$release/magnum-conductor" "$@"
 fi

@@ -11,8 +11,11 @@
 #       [--rss-builds OLD_BINARY...]  (each build restarted on the same fleet: RSS after its first pass)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 exports="$(scripts/setup-env.sh | tail -n 1)"  # a failure stops here (eval of nothing would not)
 eval "$exports"
+own_services
 cargo build --release --quiet -p conductor -p capi-sim
-"$MAGNUM_VENV/bin/python" tests/python/bench_status.py --conductor "$PWD/target/release/magnum-conductor" \
-  --sim "$PWD/target/release/capi-sim" "$@"
+release="$(cargo_target_dir)/release"
+"$MAGNUM_VENV/bin/python" tests/python/bench_status.py --conductor "$release/magnum-conductor" \
+  --sim "$release/capi-sim" "$@"

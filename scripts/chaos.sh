@@ -12,10 +12,13 @@
 #                               the short form (what the test suite runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 exports="$(scripts/setup-env.sh | tail -n 1)"  # a failure stops here (eval of nothing would not)
 eval "$exports"
+own_services
 cargo build --workspace --quiet --features conductor/failpoints
+debug="$(cargo_target_dir)/debug"
 export CHAOS_CLUSTERS="${CHAOS_CLUSTERS:-25}" CHAOS_STEPS="${CHAOS_STEPS:-6}" CHAOS_FAULTS="${CHAOS_FAULTS:-120}" \
   CHAOS_FAULT_GAP="${CHAOS_FAULT_GAP:-0.5,2.5}"
-MAGNUM_CONDUCTOR_BIN="$PWD/target/debug/magnum-conductor" \
+MAGNUM_CONDUCTOR_BIN="$debug/magnum-conductor" \
   "$MAGNUM_VENV/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q -s tests/python/test_chaos.py

@@ -15,12 +15,17 @@
 #   -> nodegroup_create cast (a second worker group) -> nodegroup_delete cast
 #   -> cluster_upgrade call to a v1.31 template (control plane, then workers)
 #   -> cluster_delete cast -> rows, keypairs and CAPI objects gone.
-# Options: --line v1beta1|v1beta2 (default v1beta1). DEMO_BIN_DIR: run the
-# magnum-conductor and capi-sim found there instead of building them
-# (scripts/test-all.sh runs the demo of its own build that way, beside the
-# builds that follow).
+# MariaDB and RabbitMQ are the demo's own (scripts/services.sh: started in
+# its folder on free ports, stopped at the end; the machine's, if any, are
+# neither needed nor touched); MAGNUM_RS_DB_SERVER and the
+# MAGNUM_RS_RABBITMQ_* variables point it at running ones instead.
+# Options: --line v1beta1|v1beta2 (default v1beta1). The binaries are
+# built, and found where cargo puts them (CARGO_TARGET_DIR or a cargo
+# config respected), then run from a copy. DEMO_BIN_DIR: run the
+# magnum-conductor and capi-sim found there instead of building them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 line=v1beta1
 [ "${1:-}" = "--line" ] && line="${2:?--line v1beta1|v1beta2}"
 step() { echo "=== $* (at ${SECONDS}s)"; }
@@ -28,33 +33,40 @@ step "set-up: only what the demo runs (scripts/setup-env.sh --demo)"
 exports="$(scripts/setup-env.sh --demo | tail -n 1)"  # a failure stops here (eval of nothing would not)
 eval "$exports"
 export K8S_BIN_DIR CAPI_CRDS_DIR HELM_CHARTS_DIR
-if [ -n "${DEMO_BIN_DIR:-}" ]; then
-  bin="$DEMO_BIN_DIR"
-  step "using $bin/magnum-conductor and $bin/capi-sim"
-else
-  step "cargo build: magnum-conductor and capi-sim"
-  # The workspace selected, as scripts/test-all.sh builds: one feature
-  # resolution, so neither command rebuilds the other's dependencies.
-  cargo build --quiet --workspace --bin magnum-conductor --bin capi-sim
-  bin="${CARGO_TARGET_DIR:-target}/debug"
-fi
-step "the demo"
 work=$(mktemp -d)
-metrics_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-vhost="demo-$$"
-rabbitmqctl -q add_vhost "$vhost"
-rabbitmqctl -q set_permissions -p "$vhost" guest '.*' '.*' '.*'
-db="magnum_demo_$$"
-mysql -uroot -h127.0.0.1 -e "CREATE DATABASE \`$db\`"
-pid="" sim=""
+pid="" sim="" vhost="" db=""
 cleanup() {
   for p in $pid $sim; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   scripts/k8s-down.sh "$work/k8s" >/dev/null 2>&1 || true
-  rabbitmqctl -q delete_vhost "$vhost" || true
-  mysql -uroot -h127.0.0.1 -e "DROP DATABASE IF EXISTS \`$db\`" || true
+  if [ -n "$vhost" ]; then scripts/services.sh vhost delete "$vhost" || true; fi
+  if [ -n "$db" ]; then scripts/services.sh sql "DROP DATABASE IF EXISTS \`$db\`" || true; fi
+  scripts/services.sh down "$work/services" || true
   rm -rf "$work"
 }
 trap cleanup EXIT
+mkdir -p "$work/bin"
+if [ -n "${DEMO_BIN_DIR:-}" ]; then
+  step "using $DEMO_BIN_DIR/magnum-conductor and $DEMO_BIN_DIR/capi-sim"
+  src="$DEMO_BIN_DIR"
+else
+  step "cargo build: magnum-conductor and capi-sim (a first build takes 8-15 minutes on 2 cores)"
+  # The workspace selected, as scripts/test-all.sh builds: one feature
+  # resolution, so neither command rebuilds the other's dependencies.
+  cargo build --workspace --bin magnum-conductor --bin capi-sim
+  src="$(cargo_target_dir)/debug"
+fi
+# A copy: a later build may relink the target folder's while they run.
+cp "$src/magnum-conductor" "$src/capi-sim" "$work/bin/"
+bin="$work/bin"
+step "MariaDB and RabbitMQ of the demo's own (scripts/services.sh)"
+svc_exports="$(scripts/services.sh up "$work/services" | tail -n 1)"  # a failure stops here
+eval "$svc_exports"
+step "the demo"
+metrics_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+vhost="demo-$$"
+scripts/services.sh vhost add "$vhost"
+db="magnum_demo_$$"
+scripts/services.sh sql "CREATE DATABASE \`$db\`"
 
 echo "--- management cluster: a real kube-apiserver with the $line CRDs (scripts/k8s-up.sh)"
 scripts/k8s-up.sh "$work/k8s" --crds "$line" > "$work/k8s-up.log" 2>&1 \
@@ -73,10 +85,10 @@ echo "    CAPI/CAPO/CAAPH controllers and webhooks simulated by capi-sim; a real
 
 cat > "$work/magnum.conf" <<CONF
 [DEFAULT]
-transport_url = rabbit://guest:guest@127.0.0.1:5672/$vhost
+transport_url = rabbit://guest:guest@127.0.0.1:$MAGNUM_RS_RABBITMQ_PORT/$vhost
 rpc_response_timeout = 30
 [database]
-connection = mysql+pymysql://root@127.0.0.1:3306/$db?charset=utf8
+connection = $MAGNUM_RS_DB_SERVER/$db?charset=utf8
 [certificates]
 cert_manager_type = x509keypair
 [metrics]
@@ -207,5 +219,28 @@ done
 echo "$got" | field '"    rows left: nodegroups=%d x509keypairs=%d" % (len(d["nodegroups"]), d["x509keypairs"])'
 [ "$last" = "gone" ] || { echo "delete did not complete"; tail -20 "$work/conductor.log"; exit 1; }
 echo "    CAPI objects left: $("${kc[@]}" get clusters.cluster.x-k8s.io,machines.cluster.x-k8s.io -A -o name | wc -l)"
-echo "--- metrics"
-curl -s "127.0.0.1:$metrics_port/metrics" | grep -E '^magnum_conductor_(cluster_operations|status_writes|watch_events)_total' | sed 's/^/    /'
+echo "--- what the conductor counted (its Prometheus metrics)"
+curl -s "127.0.0.1:$metrics_port/metrics" > "$work/metrics.txt"
+py - "$work/metrics.txt" <<'PY'
+import re, sys
+ops, writes, events = {}, 0, {}
+for line in open(sys.argv[1]):
+    m = re.match(r'magnum_conductor_cluster_operations_total\{operation="(\w+)",outcome="(\w+)"\} (\S+)', line)
+    if m and float(m.group(3)):
+        ops.setdefault(m.group(1), []).append(f"{m.group(2)} {float(m.group(3)):g}")
+    m = re.match(r"magnum_conductor_status_writes_total (\S+)", line)
+    if m:
+        writes = float(m.group(1))
+    m = re.match(r'magnum_conductor_watch_events_total\{kind="(\w+)"\} (\S+)', line)
+    if m:
+        events[m.group(1)] = float(m.group(2))
+print("    operations (magnum_conductor_cluster_operations_total): 'started' when the conductor began one;")
+print("    each day-2 operation (resize, node groups, upgrade) ends as one 'update complete' (the cluster left")
+print("    UPDATE_IN_PROGRESS), the delete as 'delete complete'; 'repair applied': the status pass wrote the")
+print("    topology the rows ask for to the management cluster once more:")
+for op, outcomes in sorted(ops.items()):
+    print(f"      {op:<10} {', '.join(outcomes)}")
+print(f"    status passes that changed Magnum's rows: {writes:g}; watch events from the management "
+      f"cluster: {sum(events.values()):g} ({len(events)} kinds)")
+PY
+step "demo passed: cluster $uuid created, its addons deployed, resized, a node group added and removed, upgraded to v1.31 and deleted ($line)"

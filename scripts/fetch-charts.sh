@@ -22,7 +22,11 @@ LOCK="$PWD/scripts/charts.lock"
 CACHE="${MAGNUM_RS_ARTIFACTS_CACHE:-$HOME/.cache/magnum-conductor-rs/artifacts}"
 SHARED="$(cd .. && pwd)/shared"
 MIRROR="${MAGNUM_RS_ARTIFACTS_MIRROR:-}"
-HINT="to provide it by hand, put the upstream layout in a folder (or behind a URL) and set MAGNUM_RS_ARTIFACTS_MIRROR to it (docs/testing.md)"
+if [ -n "$MIRROR" ]; then
+  HINT="check the mirror MAGNUM_RS_ARTIFACTS_MIRROR names: it should serve the upstream layout (docs/testing.md)"
+else
+  HINT="to provide it by hand, put the upstream layout in a folder (or behind a URL) and set MAGNUM_RS_ARTIFACTS_MIRROR to it (docs/testing.md)"
+fi
 
 log() { echo "[charts] $*" | sed -E 's#(://)[^/@ ]+@#\1***@#g' >&2; }
 die() { log "$@"; exit 1; }

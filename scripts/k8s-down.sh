@@ -16,7 +16,10 @@ done
 ours() { [ -r "/proc/$1/cmdline" ] && tr '\0' ' ' < "/proc/$1/cmdline" | grep -qF -- "$dir"; }
 live=""
 for p in $pids; do
-  if ours "$p"; then live="$live $p"; kill "$p" 2>/dev/null; fi
+  # SIGCONT after SIGTERM: a parked control plane's processes (stopped
+  # between a test process's modules, tests/python/k8s.py) act on the
+  # SIGTERM only once continued, not 10 s later on the SIGKILL.
+  if ours "$p"; then live="$live $p"; kill "$p" 2>/dev/null; kill -CONT "$p" 2>/dev/null; fi
 done
 for p in $live; do
   for _ in $(seq 1 40); do ours "$p" || break; sleep 0.25; done

@@ -79,6 +79,9 @@ bind = "127.0.0.1:$port"
 workers = $workers
 threads = 1
 accesslog = "$dir/access.log"
+# Each request's seconds (%(L)s): how long a token's validation waited
+# when the run's services were loaded.
+access_log_format = '%(h)s %(t)s "%(r)s" %(s)s %(L)s "%(a)s"'
 errorlog = "$dir/gunicorn.err"
 pidfile = "$dir/gunicorn.pid"
 control_socket_disable = True

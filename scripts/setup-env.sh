@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Make this machine able to run the conductor and its tests: RabbitMQ and
-# MariaDB installed and running, what scripts/k8s-up.sh needs for real
+# Make this machine able to run the conductor and its tests: RabbitMQ's and
+# MariaDB's programs installed (scripts/services.sh runs instances of the
+# demo's and the tests' own from them), what scripts/k8s-up.sh needs for real
 # Kubernetes control planes (etcd, kubectl, the verified kube-apiserver,
 # kube-controller-manager and CRDs of scripts/fetch-artifacts.sh), cached
 # Python venvs with the real Magnum 23.0.0 (client, objects, migrations) and,
@@ -43,10 +44,25 @@ log() { echo "[setup ${SECONDS}s] $*" >&2; }
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
+# What this script needs of the machine, checked before anything else: a
+# Debian-like system (apt-get, dpkg) for what is missing, and root or sudo
+# to install it. Each missing need is said once, with what to do.
+need_apt() {  # need_apt PACKAGE...: can they be installed here?
+  if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg >/dev/null 2>&1; then
+    log "$* missing, and this machine has no apt-get/dpkg to install them with: install them (Debian package names), then run this again"
+    exit 1
+  fi
+  if [ -n "$SUDO" ] && ! sudo -n true 2>/dev/null; then
+    log "$* missing: installing them needs root or sudo without a password; install them (apt-get install $*), then run this again"
+    exit 1
+  fi
+}
+
 apt_install() {
   local missing=()
   for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
   if [ "${#missing[@]}" -gt 0 ]; then
+    need_apt "${missing[@]}"
     log "installing ${missing[*]}"
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
@@ -58,8 +74,12 @@ command -v cargo >/dev/null 2>&1 || {
   exit 1
 }
 command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || apt_install python3-venv
 command -v curl >/dev/null 2>&1 || apt_install curl
 command -v xz >/dev/null 2>&1 || apt_install xz-utils
+# A C toolchain: some of the workspace's dependencies build native code
+# (aws-lc-sys, under rustls).
+command -v cc >/dev/null 2>&1 || apt_install gcc libc6-dev
 # The pinned Kubernetes binaries and CRDs, verified, before anything starts:
 # a missing or corrupt artifact stops here, naming it.
 exports="$("$(dirname "$0")/fetch-artifacts.sh" | tail -n 1)"  # a failure stops here (eval of nothing would not)
@@ -80,19 +100,9 @@ command -v setsid >/dev/null 2>&1 || apt_install util-linux
 # (tests/python/test_benchmarks.py).
 [ "$demo" = 1 ] || command -v callgrind_control >/dev/null 2>&1 || apt_install valgrind
 
-if ! rabbitmqctl -q status >/dev/null 2>&1; then
-  log "starting RabbitMQ"
-  $SUDO rabbitmq-server -detached >/dev/null 2>&1 || true
-fi
-rabbitmqctl -q await_startup --timeout 120 >/dev/null 2>&1 || { log "RabbitMQ did not start"; exit 1; }
-# A previous run may have stopped the app (broker-restart test).
-rabbitmqctl -q start_app >/dev/null 2>&1 || true
-
-if ! mariadb -uroot -e 'select 1' >/dev/null 2>&1; then
-  log "starting MariaDB"
-  $SUDO start-stop-daemon --start --oknodo --background --exec "$(command -v mariadbd)" -- --user=mysql >/dev/null 2>&1 || true
-  for _ in $(seq 1 60); do mariadb -uroot -e 'select 1' >/dev/null 2>&1 && break; sleep 1; done
-fi
+# MariaDB and RabbitMQ are installed for their programs only: the demo and
+# the test command start instances of their own (scripts/services.sh); the
+# machine's services are neither started nor used here.
 
 make_venv() {  # make_venv DIR "REQS": (re)create when missing or its requirements changed
   local dir="$1" reqs="$2" stamp="$1/.requirements"

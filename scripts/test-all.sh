@@ -4,6 +4,7 @@
 # conductor with Magnum 23.0.0's own client code. Installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 
 # Each stage's heading says when it started (seconds since this script
 # began, set-up included): CI's budget is 90 minutes and this shows where
@@ -73,6 +74,18 @@ finish() {
   fi
   [ -z "${bin_dir:-}" ] || rm -rf "$bin_dir"
   [ -z "${release_dir:-}" ] || rm -rf "$release_dir"
+  # The run's MariaDB and RabbitMQ; then the machine's, as they were.
+  [ -z "${svc_dir:-}" ] || scripts/services.sh down "$svc_dir" || true
+  if [ -n "${machine_before:-}" ]; then
+    machine_after="$(machine_state)"
+    if [ "$machine_after" != "$machine_before" ]; then
+      echo "== the machine's own MariaDB or RabbitMQ changed during the run (the suite runs on its own; anything else writing there?):"
+      diff <(echo "$machine_before" | tr ' ' '\n') <(echo "$machine_after" | tr ' ' '\n') || true
+      [ "$rc" != 0 ] || rc=1
+    else
+      echo "== the machine's own MariaDB and RabbitMQ: the same databases, vhosts, exchanges and queues as before the run"
+    fi
+  fi
   printf 'end\t%s\n' "$(date +%s.%N)" >> "$MC_SUITE_TIMING_DIR/stages.tsv"
   echo "== where the time went: wall and CPU seconds per stage and per Python module (tests/suite_report.py $MC_SUITE_TIMING_DIR)"
   python3 tests/suite_report.py "$MC_SUITE_TIMING_DIR" || true
@@ -91,9 +104,40 @@ export CARGO_TERM_COLOR=never
 # One build cache for every clone on this machine, as the venvs are kept in
 # ~/.cache: a clean clone rebuilds only the workspace's own crates, not its
 # ~400 dependencies (Cargo's fingerprints decide; its lock serializes two
-# runs at once). CARGO_TARGET_DIR, when set, is used as it is.
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/magnum-conductor-rs/target}"
-out="$CARGO_TARGET_DIR/debug"
+# runs at once). A target directory the user chose (CARGO_TARGET_DIR, a
+# cargo config's build.target-dir) is used as it is.
+if [ -z "${CARGO_TARGET_DIR:-}" ] && [ "$(cargo_target_dir)" = "$PWD/target" ]; then
+  export CARGO_TARGET_DIR="$HOME/.cache/magnum-conductor-rs/target"
+fi
+out="$(cargo_target_dir)/debug"
+
+# MariaDB and RabbitMQ of the run's own (scripts/services.sh), shared by
+# every test process; the machine's own, if it has any, are not used: their
+# databases, vhosts and each vhost's exchanges and queues are listed now
+# and compared at the end. The variables of an existing server (MAGNUM_RS_DB_SERVER,
+# MAGNUM_RS_RABBITMQ_*) make the run use that one instead.
+stage "MariaDB and RabbitMQ of the run's own (scripts/services.sh)"
+machine_state() {
+  env -u MAGNUM_RS_DB_SERVER -u MAGNUM_RS_RABBITMQ_PORT -u MAGNUM_RS_RABBITMQ_NODE -u MAGNUM_RS_RABBITMQ_HOME \
+    -u MAGNUM_RS_RABBITMQ_EPMD_PORT timeout 120 scripts/services.sh list 2>/dev/null | tr '\n' ' ' || true
+}
+if [ -z "${MAGNUM_RS_DB_SERVER:-}${MAGNUM_RS_RABBITMQ_PORT:-}" ]; then
+  machine_before="$(machine_state)"
+  echo "the machine's own: ${machine_before:-none running}"
+fi
+# What every test waits on (MariaDB, RabbitMQ, the OpenStack services
+# below: one of each for the whole run, most of them a single process)
+# runs ahead of the tests' own processes when the cores are short: under
+# the fair scheduler a single-process service got a share of a core like
+# any one of the dozens of apiservers, conductors and clients, and every
+# test's request queued behind it. As root (nice -10; otherwise as is).
+shared_prio=()
+[ "$(id -u)" != 0 ] || shared_prio=(nice -n -10)
+svc_dir="$(mktemp -d -t mc-services-XXXXXX)"
+svc_exports="$(${shared_prio[@]+"${shared_prio[@]}"} scripts/services.sh up "$svc_dir" | tail -n 1)"  # a failure stops here
+eval "$svc_exports"
+export MAGNUM_RS_DB_SERVER MAGNUM_RS_RABBITMQ_PORT MAGNUM_RS_RABBITMQ_NODE MAGNUM_RS_RABBITMQ_HOME \
+  MAGNUM_RS_RABBITMQ_EPMD_PORT
 
 # One set of OpenStack services for every test process of this run
 # (tests/python/shared_cloud.py: Keystone, Neutron, Octavia, Cinder,
@@ -103,7 +147,7 @@ out="$CARGO_TARGET_DIR/debug"
 stage "the run's OpenStack services (tests/python/shared_cloud.py): started in the background"
 MC_SHARED_CLOUD="$(mktemp -d -t mc-shared-cloud-XXXXXX)"
 export MC_SHARED_CLOUD
-in_background "the run's OpenStack services" "$MAGNUM_VENV/bin/python" tests/python/shared_cloud.py \
+in_background "the run's OpenStack services" ${shared_prio[@]+"${shared_prio[@]}"} "$MAGNUM_VENV/bin/python" tests/python/shared_cloud.py \
   "$MC_SHARED_CLOUD" --parent "$$" > "$MC_SHARED_CLOUD/launcher.log" 2>&1 &
 cloud_pid=$!
 
@@ -118,30 +162,54 @@ stage "no crash-point code in a build without the failpoints feature"
 # serde_json and tokio-rustls gain features from the test crates): each
 # dependency is compiled once for all of them, not twice.
 # The build the demo below runs (and the one scripts/demo.sh makes).
-cargo build --workspace --bin magnum-conductor --bin capi-sim --quiet
+# Not quiet: a first build on a fresh machine takes 8-15 minutes; cargo
+# names each crate as it compiles it.
+cargo build --workspace --bin magnum-conductor --bin capi-sim
 if grep -a -q -e MAGNUM_CONDUCTOR_FAILPOINT -e "failpoint reached" "$out/magnum-conductor"; then
   echo "crash-point code found in a build without the failpoints feature" >&2
   exit 1
 fi
-# The demo (README's first command) and Magnum's own API tests through
-# tempest (tests/python/test_tempest.py) run this build, as released (a
-# copy: the builds below write $out), beside everything below: both
-# mostly wait on simulated rollouts and, tempest, on the plugin's own
-# sleeping. Their outcomes come at the end.
+# Magnum's own API tests through tempest (tests/python/test_tempest.py) run
+# this build, as released (a copy: the builds below write $out), beside
+# everything below: they mostly wait on the plugin's own sleeping.
 release_dir="$(mktemp -d)"
 cp "$out/magnum-conductor" "$out/capi-sim" "$release_dir/"
-stage "the demo (README's first command: scripts/demo.sh), as released: started in the background"
-demo_log="$(mktemp)"
-DEMO_BIN_DIR="$release_dir" in_background "the demo" scripts/demo.sh > "$demo_log" 2>&1 &
-demo_pid=$!
-bg_pids=("$demo_pid")
 stage "magnum-tempest-plugin 2.12.0, as released: started in the background"
 tempest_log="$(mktemp)"
 MAGNUM_CONDUCTOR_BIN="$release_dir/magnum-conductor" \
   in_background "magnum-tempest-plugin" "$MAGNUM_VENV/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q \
   tests/python/test_tempest.py >"$tempest_log" 2>&1 &
 tempest_pid=$!
-bg_pids=("$demo_pid" "$tempest_pid")
+bg_pids=("$tempest_pid")
+# The demo (README's first command), as a user runs it: it builds (nothing
+# left to compile: the build above), finds its binaries in the target
+# directory (outside the clone unless the user chose otherwise) and starts
+# MariaDB and RabbitMQ of its own. As root it runs in a network namespace
+# of its own (loopback only): the machine's MariaDB, RabbitMQ and epmd are
+# out of its reach, as on a machine that has none running. The next build
+# waits until the demo has copied its binaries.
+demo_log="$(mktemp)"
+demo_cmd=(scripts/demo.sh)
+if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null 2>&1 && command -v ip >/dev/null 2>&1; then
+  demo_cmd=(unshare --net -- bash -c 'ip link set lo up && exec "$@"' demo scripts/demo.sh)
+  demo_where="in a network namespace of its own"
+else
+  demo_where="on this machine's network (not root: no namespace)"
+fi
+stage "the demo (README's first command: scripts/demo.sh, target directory $(cargo_target_dir)), $demo_where: started in the background"
+(
+  # As a user's shell has it: none of the run's variables.
+  unset MAGNUM_RS_DB_SERVER MAGNUM_RS_RABBITMQ_PORT MAGNUM_RS_RABBITMQ_NODE MAGNUM_RS_RABBITMQ_HOME \
+    MAGNUM_RS_RABBITMQ_EPMD_PORT K8S_BIN_DIR CAPI_CRDS_DIR HELM_CHARTS_DIR
+  in_background "the demo" "${demo_cmd[@]}"
+) > "$demo_log" 2>&1 &
+demo_pid=$!
+bg_pids=("$tempest_pid" "$demo_pid")
+for _ in $(seq 1 1200); do
+  grep -q "^=== MariaDB and RabbitMQ of the demo's own" "$demo_log" && break
+  kill -0 "$demo_pid" 2>/dev/null || break
+  sleep 0.5
+done
 stage "cargo clippy (as released, and with the crash points)"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo clippy --workspace --all-targets --quiet --features conductor/failpoints -- -D warnings
@@ -165,7 +233,7 @@ cargo_test_log="$(mktemp)"
 MAGNUM_VENV="$MAGNUM_VENV" in_background "cargo test" cargo test --workspace --quiet --features conductor/failpoints \
   >"$cargo_test_log" 2>&1 &
 cargo_test_pid=$!
-bg_pids=("$demo_pid" "$tempest_pid" "$cargo_test_pid")
+bg_pids=("$tempest_pid" "$demo_pid" "$cargo_test_pid")
 stage "magnum-api driver package (Magnum 23.0.0 and 22.0.0, installed as operators do)"
 for api_venv in "$MAGNUM_API_VENV" "$MAGNUM22_API_VENV"; do
   "$api_venv/bin/python" -m pytest -p no:warnings -p no:cacheprovider -q deploy/magnum-driver/tests

@@ -17,13 +17,13 @@ use conductor::amqp::client::{
 };
 use conductor::amqp::frame;
 use futures_util::StreamExt;
-use integration_tests::{Vhost, rabbitmqctl};
+use integration_tests::{Vhost, rabbit_port, rabbitmqctl};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn options(vhost: &str, name: &str) -> ConnectOptions {
     ConnectOptions {
         host: "127.0.0.1".into(),
-        port: 5672,
+        port: rabbit_port(),
         vhost: vhost.into(),
         username: "guest".into(),
         password: "guest".into(),
@@ -39,7 +39,7 @@ fn options(vhost: &str, name: &str) -> ConnectOptions {
 async fn connect(vhost: &Vhost, name: &str) -> Connection {
     Connection::connect(&options(&vhost.0, name))
         .await
-        .expect("RabbitMQ at 127.0.0.1:5672")
+        .expect("the run's RabbitMQ (integration_tests::rabbit_port)")
 }
 
 fn queue_line(vhost: &Vhost, queue: &str) -> Option<String> {
@@ -234,18 +234,14 @@ async fn a_channel_the_broker_closes_leaves_the_connection_and_a_closed_connecti
         .await
         .unwrap();
     // The broker ends the connection (what an operator or a failover does).
-    let pid = rabbitmqctl(&[
-        "list_connections",
-        "-p",
-        &vhost.0,
-        "pid",
-        "client_properties",
-    ])
-    .lines()
-    .find(|l| l.contains("client-closing"))
-    .and_then(|l| l.split_whitespace().next())
-    .expect("the connection is listed under its name")
-    .to_string();
+    // (list_connections has no vhost filter: the vhost is a column.)
+    let in_vhost = format!("\t{}\t", vhost.0);
+    let pid = rabbitmqctl(&["list_connections", "pid", "vhost", "client_properties"])
+        .lines()
+        .find(|l| l.contains(&in_vhost) && l.contains("client-closing"))
+        .and_then(|l| l.split_whitespace().next())
+        .expect("the connection is listed under its name")
+        .to_string();
     rabbitmqctl(&["close_connection", &pid, "test: closed by the operator"]);
     let end = tokio::time::timeout(Duration::from_secs(10), consumer.next())
         .await

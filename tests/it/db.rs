@@ -11,13 +11,13 @@ use sqlx::{AssertSqlSafe, Executor};
 use tokio::sync::Barrier;
 
 fn server() -> String {
-    std::env::var("MC_TEST_DB_SERVER")
+    std::env::var("MAGNUM_RS_DB_SERVER")
         .unwrap_or_else(|_| "mysql+pymysql://root@127.0.0.1:3306".into())
 }
 
 async fn pool_for(database: &str, size: u32) -> Result<MySqlPool, sqlx::Error> {
     let url =
-        DbUrl::parse(&format!("{}/{database}", server())).expect("MC_TEST_DB_SERVER is a URL");
+        DbUrl::parse(&format!("{}/{database}", server())).expect("MAGNUM_RS_DB_SERVER is a URL");
     MySqlPoolOptions::new()
         .max_connections(size)
         .connect_with(url.connect_options())

@@ -10,13 +10,13 @@ use std::time::Duration;
 
 use conductor::amqp::client::{ConnectOptions, Connection};
 use conductor::lifecycle::coordination::elect::{Attempt, LOCK_QUEUE, try_lock};
-use integration_tests::{Vhost, rabbitmqctl};
+use integration_tests::{Vhost, rabbit_port, rabbitmqctl};
 
 /// A connection of the conductor's own client, as the RPC server opens it.
 async fn connect(vhost: &Vhost, name: &str) -> Connection {
     Connection::connect(&ConnectOptions {
         host: "127.0.0.1".into(),
-        port: 5672,
+        port: rabbit_port(),
         vhost: vhost.0.clone(),
         username: "guest".into(),
         password: "guest".into(),
@@ -28,7 +28,7 @@ async fn connect(vhost: &Vhost, name: &str) -> Connection {
         name: name.into(),
     })
     .await
-    .expect("RabbitMQ at 127.0.0.1:5672")
+    .expect("the run's RabbitMQ (integration_tests::rabbit_port)")
 }
 
 fn won(a: &Attempt) -> bool {
@@ -90,16 +90,12 @@ async fn one_connection_owns_the_lock_until_it_ends() {
     assert!(lock_queue_line(&vhost).is_some_and(|l| l.contains("host-b-1")));
 
     // The broker ends b's connection (what missed heartbeats do): c wins.
-    let conns = rabbitmqctl(&[
-        "list_connections",
-        "-p",
-        &vhost.0,
-        "pid",
-        "client_properties",
-    ]);
+    // (list_connections has no vhost filter: the vhost is a column.)
+    let in_vhost = format!("\t{}\t", vhost.0);
+    let conns = rabbitmqctl(&["list_connections", "pid", "vhost", "client_properties"]);
     let pid = conns
         .lines()
-        .find(|l| l.contains("conductor-b"))
+        .find(|l| l.contains(&in_vhost) && l.contains("conductor-b"))
         .and_then(|l| l.split_whitespace().next())
         .expect("b's connection is listed")
         .to_string();

@@ -34,7 +34,7 @@ import urllib.request
 
 import client_pool
 import shared_cloud
-from conftest import (Conductor, free_port, new_database, new_vhost, rabbitmqctl, write_conf)
+from conftest import (Conductor, broker_url, free_port, new_database, new_vhost, rabbitmqctl, write_conf)
 from suite_timing import count
 from test_lifecycle import Sim
 from test_lifecycle_keystone import call, password_token
@@ -105,7 +105,7 @@ class ApiEnv:
         # magnum-api: its own magnum.conf.
         self.api_conf = tmp / "magnum-api.conf"
         self.api_conf.write_text(
-            f"[DEFAULT]\ntransport_url = rabbit://guest:guest@127.0.0.1:5672/{self.vhost}\n"
+            f"[DEFAULT]\ntransport_url = {broker_url(self.vhost)}\n"
             f"host = api-host\nrpc_response_timeout = 60\nlog_file = {tmp}/magnum-api.log\n"
             f"[api]\nhost = 127.0.0.1\nport = {self.api_port}\nworkers = 1\n"
             f"api_paste_config = {self.venv}/etc/magnum/api-paste.ini\n"

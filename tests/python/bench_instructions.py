@@ -34,7 +34,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import conftest  # noqa: E402
-from conftest import Conductor, PythonConductor, free_port, new_vhost, rabbitmqctl, wait_for_consumers, write_conf  # noqa: E402
+from conftest import Conductor, PythonConductor, broker_url, free_port, new_vhost, rabbitmqctl, wait_for_consumers, write_conf  # noqa: E402
 
 
 def callgrind_control(*args):
@@ -113,7 +113,7 @@ def measure(a, target, tmp):
     out_dir = os.path.join(tmp, f"cg-{target}")
     os.makedirs(out_dir)
     vhost = new_vhost(f"instr-{target}")
-    url = f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
+    url = broker_url(vhost, "amqp")
     conf = os.path.join(tmp, f"{target}.conf")
     try:
         if target == "rust":

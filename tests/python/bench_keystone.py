@@ -18,6 +18,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from conftest import db_url  # noqa: E402
 from openstack_services import drop_databases, fresh_database  # noqa: E402
 from test_lifecycle_keystone import KEYSTONE, call, password_token, start_keystone  # noqa: E402
 
@@ -45,7 +46,7 @@ def measure(cache, rounds, base):
     old = os.environ.get("KEYSTONE_CACHE")
     os.environ["KEYSTONE_CACHE"] = "1" if cache else "0"
     try:
-        url, _, admin = start_keystone(d, database=f"mysql+pymysql://root@127.0.0.1:3306/{db}")
+        url, _, admin = start_keystone(d, database=db_url(db, ""))
     finally:
         if old is None:
             del os.environ["KEYSTONE_CACHE"]

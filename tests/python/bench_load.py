@@ -30,7 +30,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import conftest  # noqa: E402
-from conftest import Conductor, PythonConductor, free_port, new_vhost, rabbitmqctl, wait_for_consumers, write_conf  # noqa: E402
+from conftest import Conductor, PythonConductor, broker_url, free_port, new_vhost, rabbitmqctl, wait_for_consumers, write_conf  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -101,7 +101,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="mc-load-") as tmp:
         for target in targets:
             vhost = new_vhost(f"load-{target}")
-            url = f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
+            url = broker_url(vhost, "amqp")
             conf = os.path.join(tmp, f"{target}.conf")
             proc = None
             if target == "echo":

@@ -14,6 +14,7 @@ import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 import warnings
@@ -31,37 +32,72 @@ if suite_timing.DIR:
     pytest_sessionfinish = suite_timing.pytest_sessionfinish
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-CONDUCTOR_BIN = os.environ.get("MAGNUM_CONDUCTOR_BIN", os.path.join(ROOT, "target", "debug", "magnum-conductor"))
+def _cargo_debug_dir():
+    """Where cargo puts this workspace's debug builds (CARGO_TARGET_DIR, a
+    cargo config's target-dir or ./target, as `cargo metadata` says)."""
+    try:
+        out = subprocess.run(["cargo", "metadata", "--format-version", "1", "--no-deps", "--offline"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+        return os.path.join(json.loads(out)["target_directory"], "debug")
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError):
+        return os.path.join(ROOT, "target", "debug")
+
+
+# The binaries the tests run: MAGNUM_CONDUCTOR_BIN's folder (the test
+# command's copy), else cargo's debug folder.
+CONDUCTOR_BIN = os.environ.get("MAGNUM_CONDUCTOR_BIN") or os.path.join(_cargo_debug_dir(), "magnum-conductor")
+BIN_DIR = os.path.dirname(CONDUCTOR_BIN)
 VENV22_BIN = os.path.join(os.environ.get("MAGNUM22_VENV", os.path.expanduser(
     "~/.cache/magnum-conductor-rs/venv-magnum-22.0.0")), "bin")
 VENV_BIN = os.path.join(sys.prefix, "bin")  # the venv, not the interpreter it links to
 
 
 # Which RabbitMQ the helpers below talk to (new_vhost, write_conf,
-# rabbitmqctl, wait_for_consumers): the machine's (port 5672, rabbitmqctl's
-# default node), shared by every test process; or, inside
-# `private_broker()`, a node of the test's own, which it may stop and start
-# (`rabbitmqctl("stop_app")` refuses on the machine's: the other test
-# processes' tests need it).
-_broker = {"port": 5672, "node": None, "home": None}
+# rabbitmqctl, wait_for_consumers): the run's (scripts/services.sh: a node
+# of the run's own that scripts/test-all.sh starts, named by
+# MAGNUM_RS_RABBITMQ_PORT, _NODE, _HOME and _EPMD_PORT; unset: the
+# machine's, port 5672 and rabbitmqctl's default node), shared by every test
+# process; or, inside `private_broker()`, a node of the test's own, which it
+# may stop and start (`rabbitmqctl("stop_app")` refuses on the run's: the
+# other test processes' tests need it).
+_RUN_BROKER = {
+    "port": int(os.environ.get("MAGNUM_RS_RABBITMQ_PORT") or 5672),
+    "node": os.environ.get("MAGNUM_RS_RABBITMQ_NODE") or None,
+    "home": os.environ.get("MAGNUM_RS_RABBITMQ_HOME") or None,
+    "epmd": os.environ.get("MAGNUM_RS_RABBITMQ_EPMD_PORT") or None,
+    "private": False,
+}
+_broker = dict(_RUN_BROKER)
 RABBITMQ_BIN_DIR = os.environ.get("RABBITMQ_BIN_DIR", "/usr/lib/rabbitmq/bin")
+
+
+def rabbitmqctl_command(*args):
+    """The command line and environment of `rabbitmqctl ARGS` against the
+    broker this process's helpers use."""
+    if _broker["home"]:
+        # No erl_crash.dump in the working directory when its node is gone.
+        env = dict(os.environ, HOME=_broker["home"], ERL_CRASH_DUMP_SECONDS="0")
+        if _broker["epmd"]:
+            env["ERL_EPMD_PORT"] = _broker["epmd"]
+        return [os.path.join(RABBITMQ_BIN_DIR, "rabbitmqctl"), "-n", _broker["node"], "-q", *args], env
+    if _broker["node"]:
+        return ["rabbitmqctl", "-n", _broker["node"], "-q", *args], None
+    return ["rabbitmqctl", "-q", *args], None
 
 
 def rabbitmqctl(*args):
     if args[:1] in (("stop_app",), ("start_app",), ("stop",)):
-        assert _broker["node"], "a test stops only a RabbitMQ of its own (conftest.private_broker)"
+        assert _broker["private"], "a test stops only a RabbitMQ of its own (conftest.private_broker)"
     suite_timing.count("rabbitmqctl")
-    if _broker["node"]:
-        cmd = [os.path.join(RABBITMQ_BIN_DIR, "rabbitmqctl"), "-n", _broker["node"], "-q", *args]
-        env = dict(os.environ, HOME=_broker["home"])
-    else:
-        cmd, env = ["rabbitmqctl", "-q", *args], None
+    cmd, env = rabbitmqctl_command(*args)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=60, env=env)
     return out.stdout
 
 
-def broker_url(vhost, scheme="rabbit"):
-    return f"{scheme}://guest:guest@127.0.0.1:{_broker['port']}/{vhost}"
+def broker_url(vhost, scheme="rabbit", port=None):
+    """The URL of `vhost` on the broker this process's helpers use (`port`:
+    another port, e.g. a proxy's, in front of it)."""
+    return f"{scheme}://guest:guest@127.0.0.1:{port or _broker['port']}/{vhost}"
 
 
 @contextlib.contextmanager
@@ -69,26 +105,26 @@ def private_broker(tmpdir):
     """A RabbitMQ node of this test's own (the machine's installation, its
     own node name, port, data and Erlang cookie under `tmpdir`), for a test
     that stops and starts its broker: it runs beside every other test,
-    which keep the machine's. While the block runs, this process's helpers
+    which keep the run's. While the block runs, this process's helpers
     use it. Starting one costs about 6 CPU seconds."""
-    assert _broker["node"] is None, "one private broker at a time"
+    assert not _broker["private"], "one private broker at a time"
     server = os.path.join(RABBITMQ_BIN_DIR, "rabbitmq-server")
     assert os.access(server, os.X_OK), f"{server}: RabbitMQ's own scripts (set RABBITMQ_BIN_DIR)"
     d = tempfile.mkdtemp(prefix="rabbitmq-", dir=str(tmpdir))
     node = f"mc-{uuid.uuid4().hex[:8]}@localhost"
-    port, dist = free_port(), free_port()
+    port, dist, epmd = free_port(), free_port(), free_port()
     with open(os.path.join(d, "enabled_plugins"), "w") as f:
-        f.write("[].\n")  # no management listener to collide with the machine's
+        f.write("[].\n")  # no management listener to collide with another node's
     with open(os.path.join(d, "rabbitmq.conf"), "w") as f:
         f.write(f"listeners.tcp.default = 127.0.0.1:{port}\n")
-    env = dict(os.environ, HOME=d, RABBITMQ_NODENAME=node, RABBITMQ_NODE_PORT=str(port),
+    env = dict(os.environ, HOME=d, ERL_EPMD_PORT=str(epmd), RABBITMQ_NODENAME=node, RABBITMQ_NODE_PORT=str(port),
                RABBITMQ_DIST_PORT=str(dist), RABBITMQ_MNESIA_BASE=os.path.join(d, "mnesia"),
                RABBITMQ_LOG_BASE=os.path.join(d, "log"), RABBITMQ_ENABLED_PLUGINS_FILE=os.path.join(d, "enabled_plugins"),
                RABBITMQ_CONFIG_FILE=os.path.join(d, "rabbitmq.conf"), RABBITMQ_PID_FILE=os.path.join(d, "pid"))
     out = open(os.path.join(d, "server.out"), "w")
     suite_timing.count("rabbitmq nodes")
     proc = subprocess.Popen([server], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=d)
-    _broker.update(port=port, node=node, home=d)
+    _broker.update(port=port, node=node, home=d, epmd=str(epmd), private=True)
     try:
         deadline = time.time() + 90
         while True:
@@ -110,7 +146,11 @@ def private_broker(tmpdir):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
         finally:
-            _broker.update(port=5672, node=None, home=None)
+            _broker.clear()
+            _broker.update(_RUN_BROKER)
+            # The epmd it started, on its own port (no other node's).
+            subprocess.run(["epmd", "-kill"], env=dict(os.environ, ERL_EPMD_PORT=str(epmd)),
+                           capture_output=True, timeout=30)
             out.close()
             shutil.rmtree(d, ignore_errors=True)
 
@@ -235,14 +275,32 @@ def free_port():
         return s.getsockname()[1]
 
 
-DB_SERVER = os.environ.get("MC_TEST_DB_SERVER", "mysql+pymysql://root@127.0.0.1:3306")
+# The MariaDB server tests make their databases in: the run's
+# (scripts/services.sh, MAGNUM_RS_DB_SERVER), or the machine's.
+DB_SERVER = os.environ.get("MAGNUM_RS_DB_SERVER") or "mysql+pymysql://root@127.0.0.1:3306"
+_DB = urllib.parse.urlsplit(DB_SERVER)
+DB_HOST, DB_PORT = _DB.hostname or "127.0.0.1", _DB.port or 3306
 _databases = []
 
 
-def mysql_admin():
+def db_url(name, query="?charset=utf8"):
+    """The SQLAlchemy URL of database `name` on the run's server."""
+    return f"{DB_SERVER}/{name}{query}"
+
+
+def mariadb_command(tool="mariadb"):
+    """The command line (and environment) of MariaDB's `tool` (mariadb,
+    mariadb-dump) against the run's server, as its administrator."""
+    cmd = [tool, "--no-defaults", "-h", DB_HOST, "-P", str(DB_PORT), "-u", urllib.parse.unquote(_DB.username or "root")]
+    env = dict(os.environ, MYSQL_PWD=urllib.parse.unquote(_DB.password)) if _DB.password else None
+    return cmd, env
+
+
+def mysql_admin(**kw):
     import pymysql
 
-    return pymysql.connect(host="127.0.0.1", port=3306, user="root", password="", autocommit=True)
+    return pymysql.connect(host=DB_HOST, port=DB_PORT, user=urllib.parse.unquote(_DB.username or "root"),
+                           password=urllib.parse.unquote(_DB.password or ""), autocommit=True, **kw)
 
 
 def new_database(prefix, build="rust", revision="b3e1cf4a2d5e"):
@@ -254,7 +312,7 @@ def new_database(prefix, build="rust", revision="b3e1cf4a2d5e"):
     with mysql_admin() as c, c.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{name}`")
     _databases.append(name)
-    url = f"{DB_SERVER}/{name}?charset=utf8"
+    url = db_url(name)
     with tempfile.NamedTemporaryFile("w", suffix=".conf", delete=False) as f:
         f.write(f"[database]\nconnection = {url}\n")
     try:

@@ -30,6 +30,7 @@ import urllib.parse
 import urllib.request
 
 import helm_charts
+from conftest import BIN_DIR
 from suite_timing import count
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -307,8 +308,15 @@ class ControlPlane:
         return pids
 
     def park(self):
-        for pid in reversed(self._own_pids()):
+        pids = list(reversed(self._own_pids()))
+        for pid in pids:
             os.kill(pid, signal.SIGSTOP)
+        # Parked once each process has taken the signal (all its threads
+        # stopped: /proc says T), which on a loaded machine is not at once.
+        deadline = time.time() + 30
+        for pid in pids:
+            while _proc_state(pid) not in ("T", None) and time.time() < deadline:
+                time.sleep(0.02)
         self.parked = True
 
     def resume(self, timeout=60):
@@ -334,6 +342,15 @@ class ControlPlane:
             _all.remove(self)
         subprocess.run([K8S_DOWN, self.dir], capture_output=True, timeout=60)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _proc_state(pid):
+    """A process's state letter (/proc/PID/stat), None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 SYSTEM_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease"}
@@ -496,8 +513,7 @@ class Kube:
                              "metadata": {"name": name, "annotations": annotations}})
 
 
-SIM_BIN = os.environ.get("CAPI_SIM_BIN", os.path.join(
-    os.path.dirname(os.environ.get("MAGNUM_CONDUCTOR_BIN", os.path.join(ROOT, "target", "debug", "x"))), "capi-sim"))
+SIM_BIN = os.environ.get("CAPI_SIM_BIN", os.path.join(BIN_DIR, "capi-sim"))
 
 
 class Sim:

@@ -40,7 +40,7 @@ import time
 import urllib.error
 import urllib.request
 
-from conftest import free_port
+from conftest import broker_url, db_url, free_port, mariadb_command
 from suite_timing import count
 
 CINDER_VENV = os.environ.get("CINDER_VENV", os.path.expanduser("~/.cache/magnum-conductor-rs/venv-cinder-29.0.0"))
@@ -63,8 +63,9 @@ APP = "import sys\nsys.argv = ['neutron-api']\nfrom neutron.wsgi.api import appl
 
 
 def fresh_database(name):
-    subprocess.run(["mariadb", "-uroot", "-e", f"drop database if exists {name}; create database {name}"],
-                   check=True, timeout=60)
+    cmd, env = mariadb_command()
+    subprocess.run([*cmd, "-e", f"drop database if exists {name}; create database {name}"],
+                   check=True, timeout=60, env=env)
 
 
 SCHEMA_CACHE = os.path.expanduser("~/.cache/magnum-conductor-rs/schemas")
@@ -83,19 +84,21 @@ def database(name, venv, what, make):
     path = os.path.join(SCHEMA_CACHE, f"{what}-{stamp}.sql")
     if os.path.exists(path):
         with open(path, "rb") as f:
-            subprocess.run(["mariadb", "-uroot", name], stdin=f, check=True, timeout=300)
+            cmd, env = mariadb_command()
+            subprocess.run([*cmd, name], stdin=f, check=True, timeout=300, env=env)
         return
     make()
     os.makedirs(SCHEMA_CACHE, exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "wb") as f:
-        subprocess.run(["mariadb-dump", "-uroot", "--skip-dump-date", name], stdout=f, check=True, timeout=300)
+        cmd, env = mariadb_command("mariadb-dump")
+        subprocess.run([*cmd, "--skip-dump-date", name], stdout=f, check=True, timeout=300, env=env)
     os.replace(tmp, path)
 
 
 def drop_databases(names):
-    subprocess.run(["mariadb", "-uroot", "-e", "; ".join(f"drop database if exists {n}" for n in names)],
-                   timeout=60)
+    cmd, env = mariadb_command()
+    subprocess.run([*cmd, "-e", "; ".join(f"drop database if exists {n}" for n in names)], timeout=60, env=env)
 
 
 def manage(*cmd, timeout=600):
@@ -175,9 +178,11 @@ def gunicorn(venv, app, d, port, env, ready_url, what, workers=1):
 
 
 class Neutron:
-    def __init__(self, d, db_name, keystone_url, password, workers=2):
+    def __init__(self, d, db_name, vhost, keystone_url, password, workers=4):
         count("neutron")
-        """Start it in directory `d` with a fresh database `db_name`, tokens
+        """Start it in directory `d` with a fresh database `db_name`, its RPC
+        (the L3 and DHCP agents' notifications, which no agent here
+        consumes) on RabbitMQ vhost `vhost` of the run's broker, tokens
         validated by `keystone_url` (keystonemiddleware) as the user
         `neutron` (`password`, admin on the project `service`)."""
         self.dir = str(d)
@@ -186,9 +191,14 @@ class Neutron:
         self.url = f"http://127.0.0.1:{self.port}"
         conf = os.path.join(self.dir, "neutron.conf")
         with open(conf, "w") as f:
+            # Without a transport_url oslo.messaging's default is
+            # rabbit://guest:guest@localhost:5672/: the machine's own broker,
+            # which the suite must not touch (or, on a machine without one,
+            # a router write waiting on its reconnects).
             f.write(f"[DEFAULT]\ncore_plugin = ml2\nservice_plugins = router\nauth_strategy = keystone\n"
                     f"api_paste_config = {VENV}/etc/neutron/api-paste.ini\nlog_file = {self.dir}/neutron.log\n"
-                    f"[database]\nconnection = mysql+pymysql://root@127.0.0.1:3306/{db_name}\n"
+                    f"transport_url = {broker_url(vhost)}\n"
+                    f"[database]\nconnection = {db_url(db_name, '')}\n"
                     f"[ml2]\ntype_drivers = flat,vxlan\ntenant_network_types = vxlan\n"
                     f"mechanism_drivers = openvswitch\nextension_drivers = port_security\n"
                     f"[ml2_type_vxlan]\nvni_ranges = 1:1000\n[ml2_type_flat]\nflat_networks = public\n"
@@ -202,8 +212,11 @@ class Neutron:
         database(db_name, VENV, "neutron",
                  lambda: manage(f"{VENV}/bin/neutron-db-manage", "--config-file", conf, "upgrade", "heads"))
         env = dict(os.environ, OS_NEUTRON_CONFIG_FILES=conf, PYTHONWARNINGS="ignore")
-        # Two workers for the clean-up tests: a router's first interface
-        # (its L3 notifications) must not hold every other request.
+        # Four workers: one Neutron serves every test of the run, and a
+        # router's or floating IP's write takes seconds of CPU (its L3 and
+        # DHCP scheduling); with two, the clean-up tests' CAPO networks,
+        # OCCM's ports and the tests' own listings queued behind each other
+        # (a cluster network's making took 105 s in a CI run, 9 s alone).
         self.proc = gunicorn(VENV, "neutron_app:application", self.dir, self.port, env, f"{self.url}/v2.0/networks",
                              "Neutron", workers)
 
@@ -212,8 +225,16 @@ class Neutron:
         drop_databases(self.dbs)
 
 
+# Octavia's API application as `octavia.wsgi.api` makes it, given its
+# configuration file (that module reads the server's command line).
+OCTAVIA_APP = """import os
+from octavia.api import app
+application = app.setup_app(argv=["octavia-api", "--config-file", os.environ["OCTAVIA_TEST_CONFIG_FILE"]])
+"""
+
+
 class Octavia:
-    def __init__(self, d, db_name, neutron, keystone_url, password):
+    def __init__(self, d, db_name, neutron, keystone_url, password, workers=3):
         count("octavia")
         """Start the API server and the driver agent in directory `d` with a
         fresh database `db_name`. `stall(lb_id)` makes the provider hold that
@@ -232,7 +253,7 @@ class Octavia:
                     f"[api_settings]\nbind_host = 127.0.0.1\nbind_port = {self.port}\n"
                     f"auth_strategy = keystone\n"
                     f"enabled_provider_drivers = test:The suite's provider\ndefault_provider_driver = test\n"
-                    f"[database]\nconnection = mysql+pymysql://root@127.0.0.1:3306/{db_name}\n"
+                    f"[database]\nconnection = {db_url(db_name, '')}\n"
                     f"[driver_agent]\nstatus_socket_path = {self.dir}/status.sock\n"
                     f"stats_socket_path = {self.dir}/stats.sock\nget_socket_path = {self.dir}/get.sock\n"
                     f"enabled_provider_agents =\n"
@@ -248,12 +269,22 @@ class Octavia:
                  lambda: manage(f"{VENV}/bin/octavia-db-manage", "--config-file", conf, "upgrade", "head"))
         os.makedirs(os.path.join(self.dir, "stall"), exist_ok=True)
         os.makedirs(os.path.join(self.dir, "fail"), exist_ok=True)
-        env = dict(os.environ, PYTHONWARNINGS="ignore", OCTAVIA_TEST_PROVIDER_DIR=self.dir)
+        env = dict(os.environ, PYTHONWARNINGS="ignore", OCTAVIA_TEST_PROVIDER_DIR=self.dir,
+                   OCTAVIA_TEST_CONFIG_FILE=conf)
         env["OCTAVIA_TEST_PROVIDER_NEUTRON"] = neutron
         env["OCTAVIA_TEST_PROVIDER_SERVICE_AUTH"] = "1"
-        self.procs, logs = start([f"{VENV}/bin/octavia-driver-agent", f"{VENV}/bin/octavia-api"], conf, env,
-                                 self.dir)
-        wait_http(f"{self.url}/", self.procs, logs, "Octavia")
+        self.procs, logs = start([f"{VENV}/bin/octavia-driver-agent"], conf, env, self.dir)
+        # The API under gunicorn with workers, as deployments run it
+        # (`octavia-api` is wsgiref's one-request-at-a-time server, which
+        # Octavia's own warning says is for simple testing only): a load
+        # balancer's create holds its request while the provider makes the
+        # VIP port in Neutron, and one test's OCCM then queued every other
+        # test's Octavia request behind it.
+        with open(os.path.join(self.dir, "octavia_app.py"), "w") as f:
+            f.write(OCTAVIA_APP)
+        self.procs.append(gunicorn(VENV, "octavia_app:application", self.dir, self.port, env, f"{self.url}/",
+                                   "Octavia", workers))
+        assert self.procs[0].poll() is None, "octavia-driver-agent exited:\n" + open(logs[0]).read()[-3000:]
 
     def stall(self, lb_id):
         open(os.path.join(self.dir, "stall", lb_id), "w").close()
@@ -282,7 +313,7 @@ class Cinder:
         conf = os.path.join(self.dir, "cinder.conf")
         with open(conf, "w") as f:
             f.write(f"[DEFAULT]\nlog_dir = {self.dir}/log\nstate_path = {self.dir}/state\nauth_strategy = keystone\n"
-                    f"transport_url = rabbit://guest:guest@127.0.0.1:5672/{vhost}\n"
+                    f"transport_url = {broker_url(vhost)}\n"
                     f"api_paste_config = {CINDER_VENV}/etc/cinder/api-paste.ini\n"
                     f"osapi_volume_listen = 127.0.0.1\nosapi_volume_listen_port = {self.port}\n"
                     f"osapi_volume_workers = 1\nenabled_backends = fake\nhost = cinder-test-host\n"
@@ -298,7 +329,7 @@ class Cinder:
                     f"[privsep_osbrick]\nhelper_command = {CINDER_VENV}/bin/privsep-helper --config-file {conf}\n"
                     f"[fake]\nvolume_driver = cinder.tests.fake_driver.FakeLoggingVolumeDriver\n"
                     f"volume_backend_name = fake\n"
-                    f"[database]\nconnection = mysql+pymysql://root@127.0.0.1:3306/{db_name}\n"
+                    f"[database]\nconnection = {db_url(db_name, '')}\n"
                     f"[oslo_concurrency]\nlock_path = {self.dir}/lock\n"
                     + keystone_authtoken(keystone_url, "cinder", password))
         database(db_name, CINDER_VENV, "cinder",
@@ -335,7 +366,7 @@ class Glance:
         with open(conf, "w") as f:
             f.write(f"[DEFAULT]\nlog_file = {self.dir}/glance-api.log\nenabled_backends = file:file\n"
                     f"worker_self_reference_url = {self.url}\n"
-                    f"[database]\nconnection = mysql+pymysql://root@127.0.0.1:3306/{db_name}\n"
+                    f"[database]\nconnection = {db_url(db_name, '')}\n"
                     f"[glance_store]\ndefault_backend = file\n"
                     f"[file]\nfilesystem_store_datadir = {self.dir}/images\n"
                     f"[os_glance_tasks_store]\nfilesystem_store_datadir = {self.dir}/tasks\n"
@@ -372,12 +403,12 @@ class Nova:
         api_db, cell0 = f"{db_prefix}_api", f"{db_prefix}_cell0"
         self.dbs = [api_db, cell0]
         conf = os.path.join(self.dir, "nova.conf")
-        cell0_url = f"mysql+pymysql://root@127.0.0.1:3306/{cell0}"
+        cell0_url = db_url(cell0, "")
         with open(conf, "w") as f:
             f.write(f"[DEFAULT]\nhost = nova-test-host\nlog_file = {self.dir}/nova-api.log\n"
-                    f"state_path = {self.dir}\ntransport_url = rabbit://guest:guest@127.0.0.1:5672/{vhost}\n"
+                    f"state_path = {self.dir}\ntransport_url = {broker_url(vhost)}\n"
                     f"[api]\nauth_strategy = keystone\n"
-                    f"[api_database]\nconnection = mysql+pymysql://root@127.0.0.1:3306/{api_db}\n"
+                    f"[api_database]\nconnection = {db_url(api_db, '')}\n"
                     f"[database]\nconnection = {cell0_url}\n"
                     f"[oslo_concurrency]\nlock_path = {self.dir}\n"
                     + keystone_authtoken(keystone_url, "nova", password))
@@ -426,7 +457,7 @@ class Manila:
         with open(conf, "w") as f:
             f.write(f"[DEFAULT]\nhost = manila-test-host\nlog_file = {self.dir}/manila-api.log\n"
                     f"state_path = {self.dir}\nauth_strategy = keystone\n"
-                    f"transport_url = rabbit://guest:guest@127.0.0.1:5672/{vhost}\n"
+                    f"transport_url = {broker_url(vhost)}\n"
                     f"api_paste_config = {MANILA_VENV}/etc/manila/api-paste.ini\n"
                     f"default_share_type = default\nenabled_share_backends = dummy\n"
                     f"enabled_share_protocols = NFS\n"
@@ -440,7 +471,7 @@ class Manila:
                     f"dummy_driver_default_driver_method_delay = 0\n"
                     f"dummy_driver_driver_methods_delays = create_share:0,delete_share:0,ensure_share:0,"
                     f"get_pool:0,do_setup:0\n"
-                    f"[database]\nconnection = mysql+pymysql://root@127.0.0.1:3306/{db_name}\n"
+                    f"[database]\nconnection = {db_url(db_name, '')}\n"
                     f"[oslo_concurrency]\nlock_path = {self.dir}\n"
                     f"[oslo_policy]\npolicy_file = {self.policy_file}\n"
                     + keystone_authtoken(keystone_url, "manila", password))

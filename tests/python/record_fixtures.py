@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import kombu  # noqa: E402
 
-from conftest import context, magnum_client, new_vhost, rabbitmqctl, write_conf  # noqa: E402
+from conftest import broker_url, context, magnum_client, new_vhost, rabbitmqctl, write_conf  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(__file__), "..", "fixtures", "rpc")
 SERVER = "recorder0001"
@@ -36,7 +36,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="mc-record-")
     conf = os.path.join(tmp, "client.conf")
     write_conf(conf, vhost, extra_default="rpc_response_timeout = 1")
-    url = f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
+    url = broker_url(vhost, "amqp")
     with kombu.Connection(url) as conn:
         ex = kombu.Exchange("magnum", type="topic", durable=False)
         queues = [kombu.Queue(name, ex, routing_key=name, durable=False)(conn.channel())

@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from conftest import ROOT, new_vhost, rabbitmqctl  # noqa: E402
+from conftest import ROOT, db_url, new_vhost, rabbitmqctl  # noqa: E402
 from openstack_services import (Cinder, Glance, Manila, Neutron, Nova, Octavia, drop_databases,  # noqa: E402
                                 fresh_database)
 
@@ -369,7 +369,7 @@ def launch(d, started, cleanup):
     ks_db = f"shared_{os.getpid()}_keystone"
     fresh_database(ks_db)
     cleanup.append(lambda: drop_databases([ks_db]))
-    url, admin_pw, admin = ks.start_keystone(kd, database=f"mysql+pymysql://root@127.0.0.1:3306/{ks_db}")
+    url, admin_pw, admin = ks.start_keystone(kd, database=db_url(ks_db, ""))
     cleanup.append(lambda: subprocess.run([ks.KEYSTONE, "stop", str(kd)], timeout=60))
     print(f"[shared cloud] Keystone at {url} after {time.time() - t0:.0f} s", flush=True)
 
@@ -418,7 +418,7 @@ def launch(d, started, cleanup):
     # Started side by side: each mostly waits on its imports and its
     # database; Octavia needs only Neutron's address.
     with ThreadPoolExecutor(6) as pool:
-        neutron_f = pool.submit(lambda: keep(Neutron(d / "neutron", f"{n}_neutron", url, SERVICE_PW)))
+        neutron_f = pool.submit(lambda: keep(Neutron(d / "neutron", f"{n}_neutron", vhost, url, SERVICE_PW)))
         cinder_f = pool.submit(lambda: keep(Cinder(d / "cinder", f"{n}_cinder", vhost, url, SERVICE_PW)))
         glance_f = pool.submit(lambda: keep(Glance(d / "glance", f"{n}_glance", url, SERVICE_PW)))
         nova_f = pool.submit(lambda: keep(Nova(d / "nova", f"{n}_nova", vhost, url, SERVICE_PW)))

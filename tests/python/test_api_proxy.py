@@ -44,11 +44,9 @@ import urllib.request
 import pytest
 
 from api_env import ApiEnv
-from conftest import free_port
-from k8s import ROOT
+from conftest import BIN_DIR, free_port
 
-PROXY_BIN = os.path.join(os.path.dirname(os.environ.get(
-    "MAGNUM_CONDUCTOR_BIN", os.path.join(ROOT, "target", "debug", "x"))), "magnum-capi-proxy")
+PROXY_BIN = os.path.join(BIN_DIR, "magnum-capi-proxy")
 COMMON = ["--coe", "kubernetes", "--external-network", "public", "--flavor", "m1.small",
           "--master-flavor", "m1.medium", "--keypair", "mykey", "--master-lb-enabled",
           "--network-driver", "calico"]

@@ -7,10 +7,9 @@ import re
 import subprocess
 import time
 
-import pymysql
 import pytest
 
-from conftest import CONDUCTOR_BIN
+from conftest import CONDUCTOR_BIN, DB_SERVER, mysql_admin
 from k8s import artifacts
 from test_lifecycle import TEMPLATE, Env
 
@@ -74,7 +73,7 @@ def test_clusters_no_proxy_host_reaches_are_named(env):
 
 def test_database_at_an_unknown_revision(env):
     db = re.search(r"/(mc_\w+)\?", open(env.conf).read()).group(1)
-    conn = pymysql.connect(host="127.0.0.1", user="root", database=db, autocommit=True)
+    conn = mysql_admin(database=db)
     try:
         conn.cursor().execute("UPDATE alembic_version SET version_num = 'f00dcafe1234'")
         rc, lines, out = check(env.conf)
@@ -174,7 +173,7 @@ def test_check_fails_wherever_startup_stops(env):
         ("metrics", env.conf),
         ("credentials", variant(env, "creds", "static_application_credential_secret = not-a-real-secret",
                                 "static_application_credential_secret =\n[keystone_auth]\ncafile = /nonexistent/ca.pem")),
-        ("database", variant(env, "db", "[database]\nconnection = mysql+pymysql://root@127.0.0.1:3306/",
+        ("database", variant(env, "db", f"[database]\nconnection = {DB_SERVER}/",
                              "[database]\nmax_retries = 0\nconnection = mysql+pymysql://root@127.0.0.1:1/")),
         ("management", variant(env, "mgmt", "kubeconfig = ", "kubeconfig = /nonexistent/kubeconfig\n#")),
     ]

@@ -19,7 +19,7 @@ import pytest
 
 import client_pool
 
-from conftest import (CONDUCTOR_BIN, VENV22_BIN, Conductor, free_port, mysql_admin, new_database, new_vhost,
+from conftest import (CONDUCTOR_BIN, DB_HOST, DB_PORT, VENV22_BIN, Conductor, free_port, mysql_admin, new_database, new_vhost,
                       rabbitmqctl, write_conf)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -308,5 +308,5 @@ def test_startup_refusals(tmp_path):
     line = start_failure(tmp_path, "mysql+pymysql://root@127.0.0.1:1/magnum")
     assert "cannot connect" in line, line
 
-    line = start_failure(tmp_path, f"mysql+pymysql://magnum:S3cr3t-pw@127.0.0.1:3306/{db_name(url)}")
+    line = start_failure(tmp_path, f"mysql+pymysql://magnum:S3cr3t-pw@{DB_HOST}:{DB_PORT}/{db_name(url)}")
     assert "cannot connect" in line and "S3cr3t-pw" not in line, line

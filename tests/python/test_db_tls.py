@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import CONDUCTOR_BIN, free_port
+from conftest import CONDUCTOR_BIN, broker_url, free_port
 
 
 def sh(*args, cwd):
@@ -55,7 +55,7 @@ def tls_server(tmp_path_factory):
 def first_line(tmp_path, url):
     conf = str(tmp_path / "tls.conf")
     with open(conf, "w") as f:
-        f.write("[DEFAULT]\ntransport_url = rabbit://guest:guest@127.0.0.1:5672/\n"
+        f.write(f"[DEFAULT]\ntransport_url = {broker_url('')}\n"
                 f"[database]\nconnection = {url}\nmax_retries = 0\n[metrics]\nlisten =\n"
                 "[certificates]\ncert_manager_type = x509keypair\n")
     p = subprocess.run([CONDUCTOR_BIN, "--config-file", conf], capture_output=True, text=True, timeout=60)

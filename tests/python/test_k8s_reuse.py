@@ -40,11 +40,7 @@ def dirty(kube):
 def states(cp):
     """The process state (ps's STAT letter) of etcd, kube-apiserver and
     the controller manager."""
-    out = []
-    for key in ("ETCD_PID", "APISERVER_PID", "KCM_PID"):
-        with open(f"/proc/{cp.env()[key]}/stat") as f:
-            out.append(f.read().rsplit(")", 1)[1].split()[0])
-    return out
+    return [k8s._proc_state(cp.env()[key]) for key in ("ETCD_PID", "APISERVER_PID", "KCM_PID")]
 
 
 def test_given_back_wiped_to_fresh(cp):

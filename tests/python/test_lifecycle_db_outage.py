@@ -14,13 +14,14 @@ import time
 
 import pytest
 
+from conftest import DB_HOST, DB_PORT
 from test_lifecycle import Env
 
 
 class CuttableProxy:
-    """127.0.0.1:<port> -> MariaDB on 127.0.0.1:3306, with an off switch."""
+    """127.0.0.1:<port> -> the run's MariaDB, with an off switch."""
 
-    def __init__(self, target=("127.0.0.1", 3306)):
+    def __init__(self, target=(DB_HOST, DB_PORT)):
         self.target = target
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
@@ -75,7 +76,7 @@ class CuttableProxy:
         self.up = True
 
     def url(self, db_url):
-        return db_url.replace("127.0.0.1:3306", f"127.0.0.1:{self.port}")
+        return db_url.replace(f"{DB_HOST}:{DB_PORT}", f"127.0.0.1:{self.port}")
 
     def close(self):
         self.cut()

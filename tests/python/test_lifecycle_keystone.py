@@ -28,8 +28,12 @@ def call(method, url, token=None, body=None, headers=None):
     req = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body is not None else None,
                                  headers={"Content-Type": "application/json", **({"X-Auth-Token": token} if token else {}),
                                           **(headers or {})})
+    # 120 s, not 30: in a CI run's busiest minutes on two cores a floating
+    # IP DELETE to the run's shared Neutron took longer and failed its test
+    # while the request was still being served; one that never answers
+    # still fails here.
     try:
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=120) as r:
             data = r.read()
             return r.status, dict(r.headers), json.loads(data) if data else None
     except urllib.error.HTTPError as e:

@@ -22,6 +22,7 @@ import time
 import kombu
 import pytest
 
+from conftest import broker_url
 from test_lifecycle import Env, PROJECT
 
 CONF = "\n[oslo_messaging_notifications]\ndriver = messagingv2\n"
@@ -37,7 +38,7 @@ def env(tmp_path_factory):
 def drain(env, queue, settle=1.0):
     """Every message on `queue` until it stays empty for `settle` seconds."""
     out = []
-    with kombu.Connection(f"amqp://guest:guest@127.0.0.1:5672/{env.vhost}") as conn:
+    with kombu.Connection(broker_url(env.vhost, "amqp")) as conn:
         ch = conn.default_channel
         quiet = time.time() + settle
         while time.time() < quiet:
@@ -171,7 +172,7 @@ def test_a_notification_queue_declared_otherwise_never_stops_replies(env):
             time.sleep(0.1)
 
     queue = "notifications.info"
-    url = f"amqp://guest:guest@127.0.0.1:5672/{env.vhost}"
+    url = broker_url(env.vhost, "amqp")
     with kombu.Connection(url) as conn:
         conn.default_channel.queue_delete(queue)
         conn.default_channel.queue_declare(queue, durable=True, auto_delete=False)
@@ -179,9 +180,12 @@ def test_a_notification_queue_declared_otherwise_never_stops_replies(env):
     # them); it reconnects.
     c = env.conductor
     reconnects = c.metric("magnum_conductor_amqp_reconnects_total")
-    for line in rabbitmqctl("list_connections", "-p", env.vhost, "pid", "client_properties").splitlines():
-        if "magnum-conductor:" in line:
-            rabbitmqctl("close_connection", line.split()[0], "test: new channels")
+    # Only this test's vhost: list_connections has no vhost filter (its -p is
+    # ignored), and other tests' conductors share the broker.
+    for line in rabbitmqctl("list_connections", "pid", "vhost", "client_properties").splitlines():
+        fields = line.split("\t")
+        if len(fields) > 2 and fields[1] == env.vhost and "magnum-conductor:" in fields[2]:
+            rabbitmqctl("close_connection", fields[0], "test: new channels")
     wait_until(lambda: c.metric("magnum_conductor_amqp_reconnects_total") > reconnects, 30, "a reconnect")
     wait_until(lambda: c.metric("magnum_conductor_amqp_connected") == 1, 30, "the conductor to consume")
     retried = c.metric("magnum_conductor_notifications_total", outcome="retried")

@@ -24,6 +24,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 NODE = "mctls@localhost"
 TLS_PORT = 5691
 DIST_PORT = 25691
+# Its own epmd (the machine's, if it runs one, is not touched); the node,
+# its epmd and rabbitmqctl agree on this port.
+EPMD_PORT = free_port()
 
 
 def sh(*args):
@@ -56,7 +59,8 @@ def make_certs(d):
 
 
 def rabbitmqctl_node(*args, check=True):
-    return subprocess.run(["rabbitmqctl", "-n", NODE, *args], capture_output=True, text=True, check=check)
+    return subprocess.run(["rabbitmqctl", "-n", NODE, *args], capture_output=True, text=True, check=check,
+                          env=dict(os.environ, ERL_EPMD_PORT=str(EPMD_PORT)))
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +81,7 @@ def broker():
             shutil.chown(os.path.join(root, n), "rabbitmq", "rabbitmq")
     os.chmod(f"{d}/server.key", 0o644)
     shutil.chown(d, "rabbitmq", "rabbitmq")
-    env = dict(os.environ, RABBITMQ_NODENAME=NODE, RABBITMQ_DIST_PORT=str(DIST_PORT),
+    env = dict(os.environ, RABBITMQ_NODENAME=NODE, RABBITMQ_DIST_PORT=str(DIST_PORT), ERL_EPMD_PORT=str(EPMD_PORT),
                RABBITMQ_CONFIG_FILE=f"{d}/rabbitmq.conf", RABBITMQ_MNESIA_BASE=f"{d}/mnesia",
                RABBITMQ_LOG_BASE=f"{d}/log", RABBITMQ_ENABLED_PLUGINS_FILE=f"{d}/plugins",
                RABBITMQ_PID_FILE=f"{d}/pid")
@@ -90,6 +94,7 @@ def broker():
         time.sleep(0.5)
     yield d
     rabbitmqctl_node("stop", check=False)
+    subprocess.run(["epmd", "-kill"], env=dict(os.environ, ERL_EPMD_PORT=str(EPMD_PORT)), capture_output=True)
     shutil.rmtree(d, ignore_errors=True)
 
 

@@ -7,7 +7,8 @@ import uuid
 
 import pytest
 
-from conftest import context, magnum_client, magnum_client_close, new_vhost, rabbitmqctl, start_conductor, write_conf
+from conftest import (broker_url, context, magnum_client, magnum_client_close, new_vhost, rabbitmqctl, start_conductor,
+                      write_conf)
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +189,7 @@ def test_calls_are_not_held_up_behind_a_backlog_of_casts(env, tmp_path):
     vhost = new_vhost("lanes")
     # Its own vhost, so no other conductor takes these casts: a transport of
     # Magnum's client stack for it (its global one points elsewhere).
-    transport = oslo_messaging.get_rpc_transport(cfg.CONF, url=f"rabbit://guest:guest@127.0.0.1:5672/{vhost}")
+    transport = oslo_messaging.get_rpc_transport(cfg.CONF, url=broker_url(vhost))
     client = oslo_messaging.get_rpc_client(transport, oslo_messaging.Target(topic="magnum-conductor"),
                                            serializer=rpc.RequestContextSerializer(None), timeout=30)
     release = tmp_path / "release"

@@ -32,7 +32,7 @@ impl Vhost {
         Vhost(name)
     }
     pub fn amqp_url(&self) -> String {
-        format!("amqp://guest:guest@127.0.0.1:5672/{}", self.0)
+        format!("amqp://guest:guest@127.0.0.1:{}/{}", rabbit_port(), self.0)
     }
 }
 
@@ -42,12 +42,39 @@ impl Drop for Vhost {
     }
 }
 
+/// The AMQP port of the run's RabbitMQ on 127.0.0.1: the node of its own
+/// that `scripts/services.sh` starts for `scripts/test-all.sh`
+/// (`MAGNUM_RS_RABBITMQ_PORT`), else the machine's (5672).
+pub fn rabbit_port() -> u16 {
+    std::env::var("MAGNUM_RS_RABBITMQ_PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(5672)
+}
+
+/// `rabbitmqctl ARGS` against the run's RabbitMQ: its node
+/// (`MAGNUM_RS_RABBITMQ_NODE`), with the Erlang cookie under
+/// `MAGNUM_RS_RABBITMQ_HOME` and its epmd port when they are set, as
+/// `scripts/services.sh` prints them; else the machine's default node.
 pub fn rabbitmqctl(args: &[&str]) -> String {
-    let out = Command::new("rabbitmqctl")
-        .arg("-q")
-        .args(args)
-        .output()
-        .expect("rabbitmqctl runs");
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let mut cmd = match var("MAGNUM_RS_RABBITMQ_HOME") {
+        Some(home) => {
+            let bin = var("RABBITMQ_BIN_DIR").unwrap_or_else(|| "/usr/lib/rabbitmq/bin".into());
+            let mut c = Command::new(format!("{bin}/rabbitmqctl"));
+            // No erl_crash.dump in the working directory when its node is gone.
+            c.env("HOME", home).env("ERL_CRASH_DUMP_SECONDS", "0");
+            if let Some(port) = var("MAGNUM_RS_RABBITMQ_EPMD_PORT") {
+                c.env("ERL_EPMD_PORT", port);
+            }
+            c
+        }
+        None => Command::new("rabbitmqctl"),
+    };
+    if let Some(node) = var("MAGNUM_RS_RABBITMQ_NODE") {
+        cmd.args(["-n", &node]);
+    }
+    let out = cmd.arg("-q").args(args).output().expect("rabbitmqctl runs");
     assert!(
         out.status.success(),
         "rabbitmqctl {args:?}: {}",
@@ -77,7 +104,8 @@ impl TestConductor {
         handlers: Arc<H>,
     ) -> TestConductor {
         let text = format!(
-            "[DEFAULT]\ntransport_url = rabbit://guest:guest@127.0.0.1:5672/{}\nrpc_response_timeout = 10\n{extra}\n",
+            "[DEFAULT]\ntransport_url = rabbit://guest:guest@127.0.0.1:{}/{}\nrpc_response_timeout = 10\n{extra}\n",
+            rabbit_port(),
             vhost.0
         );
         let mut l = Layered::default();

@@ -1116,7 +1116,9 @@ impl Cloud {
     }
 
     /// OCCM and Cinder CSI in every workload cluster whose network is made,
-    /// once a second.
+    /// once a second: the clusters side by side, as each runs OCCM and
+    /// Cinder CSI pods of its own (a load balancer one cluster's OCCM waits
+    /// on does not hold up another's).
     async fn workload_loop(&self) {
         let Some(w) = self.0.workloads.clone() else {
             return;
@@ -1130,14 +1132,15 @@ impl Cloud {
                     _ => None,
                 })
                 .collect();
-            for (key, made) in ready {
-                let Some(client) = w.client(&key) else {
-                    continue;
-                };
-                if let Err(e) = self.sync_workload(&key, &made, &client).await {
-                    self.error(format!("{}/{}: {e}", key.0, key.1));
-                }
-            }
+            let passes = ready.into_iter().filter_map(|(key, made)| {
+                let client = w.client(&key)?;
+                Some(async move {
+                    if let Err(e) = self.sync_workload(&key, &made, &client).await {
+                        self.error(format!("{}/{}: {e}", key.0, key.1));
+                    }
+                })
+            });
+            futures_util::future::join_all(passes).await;
         }
     }
 
