@@ -602,6 +602,36 @@ class Sim:
     def controller_errors(self):
         return self.get("/_sim/controller-errors")
 
+    def describe(self, cluster, ns=None):
+        """For a failure's message: one line per CAPI object of `cluster`
+        (a Cluster's name) as the apiserver holds it (phase, deletion,
+        finalizers, owners), then the simulated controllers' last refused
+        writes. Never raises: it is written when something already failed."""
+        lines = []
+        for api, plural in ((self.capi, "clusters"), ("controlplane.cluster.x-k8s.io/" + self.capi.split("/")[1],
+                                                     "kubeadmcontrolplanes"),
+                            (self.capi, "machinedeployments"), (self.capi, "machinesets"), (self.capi, "machines"),
+                            ("infrastructure.cluster.x-k8s.io/v1beta1", "openstackmachines")):
+            try:
+                sel = "" if plural == "clusters" else f"cluster.x-k8s.io/cluster-name={cluster}"
+                got = self.items(api, plural, sel, ns)
+            except Exception as e:  # noqa: BLE001 (a diagnostic)
+                lines.append(f"  {plural}: not listed ({e})")
+                continue
+            for o in got:
+                m = o["metadata"]
+                if plural == "clusters" and m["name"] != cluster:
+                    continue
+                lines.append(f"  {o['kind']} {m['name']}: phase={o.get('status', {}).get('phase')} "
+                             f"deleting={'deletionTimestamp' in m} finalizers={m.get('finalizers', [])} "
+                             f"owners={[r['kind'] + '/' + r['name'] for r in m.get('ownerReferences', [])]}")
+        try:
+            errors = self.controller_errors()[-10:]
+        except Exception as e:  # noqa: BLE001
+            errors = [f"not read ({e})"]
+        return "\n".join([f"CAPI objects of {cluster}:", *lines, "capi-sim's last refused writes:",
+                          *(f"  {e}" for e in errors)])
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.terminate()

@@ -52,6 +52,14 @@ impl Engine {
         if let Some(e) = run.blocked() {
             return run.finish(Err(e)).await;
         }
+        // Read again under the Lease: the operation that held it meanwhile
+        // may have changed the row. A delete sent while the create still
+        // ran read no stack_id above, and deleted no CAPI Cluster with it.
+        let cluster = match repo::get(&self.0.db, &CLUSTER, &Scope::from_context(ctx), &uuid).await
+        {
+            Ok(c) => c,
+            Err(e) => return run.finish(Err(e.into())).await,
+        };
         run.on_failure(OnFailure::Cluster {
             status: "DELETE_FAILED",
             reason: true,

@@ -134,9 +134,24 @@ impl Engine {
                     tracing::info!(cluster = %uuid, reason = %e, "not resumed here");
                     return;
                 }
-                if let Err(e) = self.mark_for_cleanup(c, false).await {
+                // The row as it is under the lock (the listing may be older
+                // than an operation that held it meanwhile).
+                let now = match self.cluster(&uuid).await {
+                    Ok(now) => now,
+                    Err(e) if e.is_transient() => {
+                        tracing::warn!(cluster = %uuid, error = %e, retry_in_s = RESUME_DELAY.as_secs(), "database unavailable: resuming later");
+                        drop(run);
+                        self.resume_later(&uuid);
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::info!(cluster = %uuid, error = %e, "not resumed: the row is gone");
+                        return;
+                    }
+                };
+                if let Err(e) = self.mark_for_cleanup(&now, false).await {
                     tracing::warn!(cluster = %uuid, error = %e, "cannot mark the OpenStackCluster for the cloud clean-up; will retry at the next resync");
-                } else if let Err(e) = self.delete_capi_cluster(c).await {
+                } else if let Err(e) = self.delete_capi_cluster(&now).await {
                     tracing::warn!(cluster = %uuid, error = %e, "cannot delete the CAPI cluster; will retry at the next resync");
                 }
             }
