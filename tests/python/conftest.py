@@ -5,6 +5,7 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -358,6 +359,10 @@ def write_conf(path, vhost, extra_default="", rabbit="", extra="", db_url=None):
             f"[certificates]\ncert_manager_type = x509keypair\n"
             f"[oslo_messaging_rabbit]\n{rabbit}\n{extra}\n"
         )
+
+
+# The escape codes of the conductor's coloured log lines.
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def log_tail(path, lines=25):

@@ -32,7 +32,7 @@ import time
 
 import pytest
 
-from conftest import Conductor, free_port
+from conftest import ANSI, Conductor, free_port
 from test_lifecycle import Env
 from test_lifecycle_restart import NOTHING, ONE_CLUSTER, died, objects_of
 
@@ -68,7 +68,6 @@ class HaEnv(Env):
         super().close()
 
 
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
 LINE = re.compile(r"^(\S+Z)\s+\w+\s+(.*)$")
 
 

@@ -31,7 +31,7 @@ import urllib.request
 import pytest
 
 import client_pool
-from conftest import (CONDUCTOR_BIN, ROOT, Conductor, free_port, log_tail, new_database, new_vhost, rabbitmqctl,
+from conftest import (ANSI, CONDUCTOR_BIN, ROOT, Conductor, free_port, log_tail, new_database, new_vhost, rabbitmqctl,
                       write_conf)
 from k8s import SIM_BIN, Sim  # noqa: F401 (SIM_BIN: re-exported for other modules)
 import suite_timing
@@ -284,7 +284,7 @@ def log_lines(path, offset, *needles, timeout=60):
     while True:
         with open(path, errors="replace") as f:
             f.seek(offset)
-            got = [ln for ln in (re.sub(r"\x1b\[[0-9;]*m", "", raw) for raw in f) if all(n in ln for n in needles)]
+            got = [ln for ln in (ANSI.sub("", raw) for raw in f) if all(n in ln for n in needles)]
         if got:
             return got
         assert time.time() < deadline, f"no line with {needles} in {path}:\n" + log_tail(path, 40)
@@ -313,7 +313,7 @@ def test_a_delete_sent_during_the_create_deletes_what_the_create_made(env):
         log_lines(log, start, "failpoint reached: waiting for the file", "create.after_rows")
         assert env.client("get", uuid)["cluster"]["stack_id"] is None, "held before the stack_id is saved"
         env.client("delete", uuid)
-        log_lines(log, start, "waiting for the cluster's lease", uuid, 'operation="delete"')
+        log_lines(log, start, "waiting for the lease", uuid, "method=cluster_delete")
         release.touch()
         got, seen = env.wait(uuid, lambda g: g["cluster"] is None)
     finally:

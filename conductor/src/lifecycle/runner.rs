@@ -184,20 +184,9 @@ impl<'a> Run<'a> {
         let leases = &engine.0.leases;
         let name = super::coordination::lease::cluster_lease(uuid);
         let got = if ctx.is_some() {
-            match leases.try_acquire(&name).await {
-                Ok(h) => Ok(h),
-                Err(first) => {
-                    // Said once: a request that waits behind another
-                    // operation on the cluster (here or on another host).
-                    if let super::coordination::lease::LeaseError::Held(h) = &first {
-                        tracing::info!(cluster = %uuid, operation = op.name(), holder = %h,
-                            "waiting for the cluster's lease");
-                    }
-                    leases
-                        .acquire(&name, leases.duration() * 2 + Duration::from_secs(5))
-                        .await
-                }
-            }
+            leases
+                .acquire(&name, leases.duration() * 2 + Duration::from_secs(5))
+                .await
         } else {
             leases.try_acquire(&name).await
         };

@@ -371,12 +371,19 @@ impl Leases {
     pub async fn acquire(&self, name: &str, max: Duration) -> Result<Held, LeaseError> {
         let deadline = Instant::now() + max;
         let mut pause = Duration::from_millis(100);
+        let mut said = false;
         loop {
             match self.try_acquire(name).await {
                 Ok(h) => return Ok(h),
                 Err(e) if Instant::now() >= deadline => return Err(e),
                 Err(LeaseError::Api(e)) => {
                     tracing::warn!(lease = name, error = %e, "cannot read the lease; retrying");
+                }
+                // Said once: a request waiting behind another operation
+                // on the cluster (here or on another host).
+                Err(LeaseError::Held(h)) if !said => {
+                    said = true;
+                    tracing::info!(lease = name, holder = %h, "waiting for the lease");
                 }
                 Err(LeaseError::Held(_)) => {}
             }
