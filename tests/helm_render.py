@@ -19,8 +19,13 @@ Two ways to run it:
 - `--serve` (capi-sim's CAAPH, tests/capi-sim/src/helm.rs): one JSON
   request a line, {"chart": name, "version": v, "values": {...}, "name":
   release, "namespace": ns}, one answer a line, {"manifests": {...},
-  "crds": [text of each CRD file Helm installs first]} or {"error": ...};
-  ends at end of input.
+  "crds": [text of each CRD file Helm installs first], "chart": the
+  chart's metadata (Chart.yaml), kept in the release's record} or
+  {"error": ...};
+  ends at end of input;
+- `--releases` (tests/python/helm_charts.py `helm_history`): what the real
+  Helm reads back of a release capi-sim's CAAPH stored in a workload
+  cluster (tests/capi-sim/src/helm_storage.rs).
 """
 import json
 import os
@@ -144,12 +149,30 @@ def serve():
                 with open(p) as f:
                     crds.append(f.read())
             answer = {"manifests": _render(loaded, chart, job["values"], job["name"], job["namespace"]),
-                      "crds": crds}
+                      "crds": crds, "chart": loaded[chart].metadata}
         except Exception as e:  # noqa: BLE001 - each request's failure is its answer
             answer = {"error": f"{type(e).__name__}: {e}"}
         sys.stdout.write(json.dumps(answer) + "\n")
         sys.stdout.flush()
 
 
+def releases():
+    """What Helm itself reads of a release in a cluster (its `secret`
+    storage driver, as CAAPH configures it): stdin {"kubeconfig",
+    "namespace", "release"}; stdout {"history": [summary, oldest first],
+    "values": the latest revision's user values, "manifest": its manifest}
+    or {"error": Helm's message}."""
+    from helm_python.config import Config
+    job = json.load(sys.stdin)
+    try:
+        with Config(kubeconfig_path=job["kubeconfig"], namespace=job["namespace"]) as c:
+            out = {"history": c.history(job["release"]), "values": c.get_values(job["release"]),
+                   "manifest": c.status(job["release"]).get("manifest", "")}
+    except Exception as e:  # noqa: BLE001 - Helm's refusal is the answer
+        out = {"error": f"{type(e).__name__}: {e}"}
+    json.dump(out, sys.stdout)
+
+
 if __name__ == "__main__":
-    serve() if sys.argv[1:] == ["--serve"] else batch()
+    mode = sys.argv[1:]
+    serve() if mode == ["--serve"] else releases() if mode == ["--releases"] else batch()

@@ -98,6 +98,20 @@ def render_many(jobs):
     return out
 
 
+def helm_history(kubeconfig, namespace, release):
+    """The release as the real Helm reads it from a cluster (`helm history`,
+    `get values`, `status`): {"history": [{"revision", "status",
+    "description", "chart", ...}], "values", "manifest"}; an error names
+    Helm's reason."""
+    p = subprocess.run([engine_python(), os.path.join(ROOT, "tests", "helm_render.py"), "--releases"],
+                       input=json.dumps({"kubeconfig": kubeconfig, "namespace": namespace, "release": release}),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout)
+    assert "error" not in out, f"Helm could not read release {namespace}/{release}: {out['error']}"
+    return out
+
+
 def render_chart(name, version, values, release, namespace):
     """{template path: manifest text}, as `helm template` renders them."""
     return render_many([(name, version, values, release, namespace)])[0]

@@ -727,6 +727,58 @@ def a_release_the_apiserver_refuses_fails_then_mends(env, c, stack_id):
     d = kubectl(kc, "get", "deployment", "-n", "kube-system", "metrics-server", "-o", "json")
     assert d["spec"]["replicas"] == 1, d["spec"]
 
+    # The release's history, as the real Helm reads it back from the
+    # workload cluster (capi-sim's CAAPH stores each revision as Helm's
+    # `secret` driver does: tests/capi-sim/src/helm_storage.rs): the
+    # revision the failure replaced superseded, the failure, the mend.
+    first = before["revision"]
+    helm = helm_charts.helm_history(kc, "kube-system", "metrics-server")
+    statuses = {r["revision"]: r["status"] for r in helm["history"]}
+    assert [statuses.get(first + i) for i in range(3)] == ["superseded", "failed", "deployed"], statuses
+    assert max(statuses) == first + 2, statuses
+    assert {(r["chart_name"], r["chart_version"]) for r in helm["history"]} == \
+        {("metrics-server", hcp["spec"]["version"])}, helm["history"]
+    assert helm["values"] == helm_charts.values_of(hcp), helm["values"]
+    assert "# Source: metrics-server/templates/deployment.yaml\n" in helm["manifest"], helm["manifest"][:2000]
+
+    def forget_and_reread():
+        """The Helm client's memory dropped, as a restarted CAAPH has none:
+        it knows the release again only from what the cluster stores."""
+        assert env.sim.post("/_sim/releases/forget")["forgotten"] > 0
+        key = f"{ns}/{hrp()['metadata']['name']}"
+        deadline = time.time() + 60
+        while (r := env.sim.get("/_sim/releases")["releases"][key])["forgotten"]:
+            assert time.time() < deadline, r
+            time.sleep(0.3)
+        return r
+
+    # Read back unchanged: the same revision, no new one (CAAPH's
+    # shouldUpgradeHelmRelease: same chart version and values).
+    again = forget_and_reread()
+    assert (again["status"], again["revision"], again["error"]) == ("deployed", first + 2, None), again
+    assert max(r["revision"] for r in helm_charts.helm_history(kc, "kube-system", "metrics-server")["history"]) \
+        == first + 2
+    # An upgrade after a restart prunes what the stored manifest held and
+    # the new one does not: a PodDisruptionBudget in, then out again.
+    pdb = "podDisruptionBudget:\n  enabled: true\n  minAvailable: 1\n"
+    env.sim.patch(api, "helmchartproxies", hcp["metadata"]["name"],
+                  {"spec": {"valuesTemplate": good + pdb}}, ns=ns)
+    until(lambda h: h.get("status", {}).get("revision") == first + 3, "the PodDisruptionBudget's revision")
+    assert kubectl(kc, "get", "pdb", "-n", "kube-system", "metrics-server", "-o", "json")["spec"]["minAvailable"] == 1
+    forget_and_reread()
+    env.sim.patch(api, "helmchartproxies", hcp["metadata"]["name"], {"spec": {"valuesTemplate": good}}, ns=ns)
+    h = until(lambda h: h.get("status", {}).get("revision") == first + 4, "the revision without it")
+    assert h["status"]["status"] == "deployed", h["status"]
+    deadline = time.time() + 60
+    while subprocess.run(["kubectl", "--kubeconfig", kc, "get", "pdb", "-n", "kube-system", "metrics-server"],
+                         capture_output=True, text=True).returncode == 0:
+        assert time.time() < deadline, "the PodDisruptionBudget outlived the revision that dropped it"
+        time.sleep(0.3)
+    statuses = {r["revision"]: r["status"]
+                for r in helm_charts.helm_history(kc, "kube-system", "metrics-server")["history"]}
+    assert [statuses.get(first + i) for i in range(5)] == \
+        ["superseded", "failed", "superseded", "superseded", "deployed"], statuses
+
 
 def test_a_cluster_made_before_identities_keeps_kubernetes(env, cloud):
     """A cluster whose addons were rendered without an identity (by an

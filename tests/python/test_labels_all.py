@@ -1,7 +1,7 @@
 """Every label this conductor implements, at once (issue 32): one template
 through the real magnum-api (23.0.0) with the real Keystone, Nova, Glance
-and Neutron of the run's cloud (shared_cloud.py; and Manila's), on the v1beta2 line (each
-label's objects on both lines: conductor/tests/render_valid.rs).
+and Neutron of the run's cloud (shared_cloud.py; and Manila's), on the v1beta2 line here and
+the v1beta1 line in test_labels_all_v1beta1.py (each a test process of its own).
 
 The cluster reaches CREATE_COMPLETE with nothing ignored in its
 status_reason; the objects the labels render are read back from the real
@@ -101,26 +101,28 @@ LABELS = {
 INFRA = "infrastructure.cluster.x-k8s.io/v1beta1"
 
 
-# One CAPI line: every label's rendering is checked on both lines' CRDs by
-# conductor/tests/render_valid.rs; this is the whole path through the real
-# magnum-api and cloud, which does not depend on the line (and costs ~5
-# minutes of the CI's budget per line).
-@pytest.fixture(scope="module", params=["v1beta2"])
-def env(request, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp(f"labels-{request.param}")
+def line_env(line, tmp_path_factory):
+    """The environment of one CAPI line (this module: v1beta2;
+    test_labels_all_v1beta1.py: v1beta1, in a test process of its own)."""
+    tmp = tmp_path_factory.mktemp(f"labels-{line}")
     # A private CA (`[capi] ca_file`): what each cloud.conf names must be
     # where its pod finds it. The test cloud is plain HTTP: only its path
     # and content are judged.
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
                     "-subj", "/CN=test private CA", "-keyout", str(tmp / "ca.key"), "-out", str(tmp / "ca.pem")],
                    check=True, capture_output=True)
-    e = ApiEnv(tmp, "23", "console", request.param,
+    e = ApiEnv(tmp, "23", "console", line,
                workload_apiservers=True, cloud_cleanup=True,
                conductor_capi_extra=f"ca_file = {tmp / 'ca.pem'}\nregion_name = RegionOne\n")
     e.ca_pem = (tmp / "ca.pem").read_text()
-    e.line = request.param
+    e.line = line
     yield e
     assert e.close() == 0, "the conductor did not stop cleanly"
+
+
+@pytest.fixture(scope="module", params=["v1beta2"])
+def env(request, tmp_path_factory):
+    yield from line_env(request.param, tmp_path_factory)
 
 
 def installed_as_rendered(env, kc, hcps, rendered, ns, name):

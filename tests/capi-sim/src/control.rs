@@ -13,7 +13,10 @@
 //!   state}, "errors": [...]}` ([`crate::cloud`]);
 //! - `GET /_sim/releases` (with `--helm-engine`): `{"releases":
 //!   {"ns/proxy": {"cluster", "status", "revision", "generation", "error",
-//!   "objects"}}, "errors": [...]}` ([`crate::helm`]);
+//!   "objects", "forgotten"}}, "errors": [...]}` ([`crate::helm`]);
+//!   `POST /_sim/releases/forget`: the Helm client forgets every release,
+//!   as a restarted CAAPH would, and reads them back from the workload
+//!   clusters' release Secrets ([`crate::helm_storage`]);
 //! - proxy: `GET|POST|DELETE /_sim/faults` (a [`crate::faults::Rule`]),
 //!   `POST /_sim/watches/drop`, `GET|DELETE /_sim/requests`
 //!   (`{client: {verb: n}}`);
@@ -227,16 +230,24 @@ async fn releases(State(c): State<Control>) -> Reply {
             let all: serde_json::Map<String, Value> = r
                 .all()
                 .into_iter()
-                .map(|((ns, n), ((_, cluster), o, objects))| {
+                .map(|((ns, n), ((_, cluster), o, objects, forgotten))| {
                     (
                         format!("{ns}/{n}"),
                         json!({"cluster": cluster, "status": o.status, "revision": o.revision,
-                               "generation": o.generation, "error": o.error, "objects": objects}),
+                               "generation": o.generation, "error": o.error, "objects": objects,
+                               "forgotten": forgotten}),
                     )
                 })
                 .collect();
             ok(json!({"releases": all, "errors": r.errors()}))
         }
+        None => missing("the Helm engine (--helm-engine)"),
+    }
+}
+
+async fn releases_forget(State(c): State<Control>) -> Reply {
+    match &c.releases {
+        Some(r) => ok(json!({"forgotten": r.forget()})),
         None => missing("the Helm engine (--helm-engine)"),
     }
 }
@@ -250,6 +261,7 @@ pub fn router(c: Control) -> axum::Router {
         .route("/_sim/workload-apiservers", get(workloads))
         .route("/_sim/cloud", get(cloud))
         .route("/_sim/releases", get(releases))
+        .route("/_sim/releases/forget", post(releases_forget))
         .route(
             "/_sim/faults",
             get(faults_get).post(faults_add).delete(faults_clear),

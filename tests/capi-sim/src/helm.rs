@@ -34,6 +34,14 @@
 //!   apiserver refuses makes the release `failed` (Helm records the failed
 //!   revision, `failRelease`) with that message; otherwise `deployed`,
 //!   the revision counted from 1;
+//! - the release's record: each revision stored in the workload cluster as
+//!   Helm's `secret` driver stores it, pending while its objects go in,
+//!   then deployed (the one before superseded) or failed; whether to
+//!   install, upgrade or leave a release as it is, and what an upgrade
+//!   prunes, is decided from that record as CAAPH decides it, so a
+//!   restarted capi-sim (or one told to forget, `POST
+//!   /_sim/releases/forget`) carries on at the next revision
+//!   ([`crate::helm_storage`]);
 //! - hooks: `test` hooks are left out (`helm test` runs them); install
 //!   (upgrade) hooks are created with the release, pre-hooks first, after
 //!   deleting an earlier copy (`before-hook-creation`, Helm's default
@@ -42,11 +50,13 @@
 //! Simplified: objects go in with server-side apply (field manager `helm`,
 //! strict field validation: an unknown or duplicated field is refused as
 //! the issue's judge asks), not Helm v3's create/three-way merge; Helm's
-//! wait for hook Jobs is not done (no kubelet runs them); the release
-//! history Secrets (`sh.helm.release.v1.*`) are not written, so a restarted
-//! capi-sim installs every release again as revision 1 and cannot prune
-//! what an earlier process installed; an uninstall (the proxy gone) deletes
-//! the objects the release installed, CRDs kept as Helm keeps them.
+//! wait for hook Jobs is not done (no kubelet runs them, so no Job would
+//! ever complete: Helm would time out on every chart with a hook Job);
+//! an uninstall (the proxy gone) deletes the objects the release installed,
+//! CRDs kept as Helm keeps them, then its record; the proxies carry no
+//! finalizer, so a proxy deleted while capi-sim is down leaves its release
+//! in the workload cluster (CAAPH's finalizer would hold the proxy until
+//! the uninstall).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -64,6 +74,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::mpsc;
 
+use crate::helm_storage;
 use crate::kinds::{Kind, Line};
 use crate::obj::{CLUSTER_LABEL, deleting};
 use crate::shared::{Recent, lock};
@@ -129,6 +140,8 @@ pub struct Plan {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Planned {
     pub object: Value,
+    /// The template it came from.
+    pub source: String,
     pub hook: bool,
     pub delete_after: bool,
 }
@@ -174,12 +187,13 @@ pub fn plan(manifests: &BTreeMap<String, String>, install: bool) -> Result<Plan,
                     })
             };
             match ann("helm.sh/hook") {
-                None => main.push(o),
+                None => main.push((o, path.clone())),
                 Some(hooks) => {
                     let delete_after = ann("helm.sh/hook-delete-policy")
                         .is_some_and(|p| p.iter().any(|x| x == "hook-succeeded"));
                     let planned = |o: Value| Planned {
                         object: o,
+                        source: path.clone(),
                         hook: true,
                         delete_after,
                     };
@@ -192,7 +206,7 @@ pub fn plan(manifests: &BTreeMap<String, String>, install: bool) -> Result<Plan,
             }
         }
     }
-    let rank = |o: &Value| {
+    let rank = |(o, _): &(Value, String)| {
         let kind = o["kind"].as_str().unwrap_or_default();
         INSTALL_ORDER
             .iter()
@@ -201,13 +215,62 @@ pub fn plan(manifests: &BTreeMap<String, String>, install: bool) -> Result<Plan,
     };
     main.sort_by_key(rank);
     let mut objects = pre;
-    objects.extend(main.into_iter().map(|o| Planned {
+    objects.extend(main.into_iter().map(|(o, source)| Planned {
         object: o,
+        source,
         hook: false,
         delete_after: false,
     }));
     objects.extend(post);
     Ok(Plan { objects })
+}
+
+/// The release's manifest as Helm records it (pure; `pkg/action/action.go`,
+/// `renderResources`): its objects, hooks apart, in the order
+/// the plan installs them, each under the template it came from.
+pub fn release_manifest(plan: &Plan) -> String {
+    let mut out = String::new();
+    for p in plan.objects.iter().filter(|p| !p.hook) {
+        let yaml = serde_norway::to_string(&p.object).unwrap_or_default();
+        out.push_str(&format!(
+            "---\n# Source: {}\n{}\n",
+            p.source,
+            yaml.trim_end()
+        ));
+    }
+    out
+}
+
+/// The release's hooks as Helm records them (pure; `pkg/release/hook.go`).
+pub fn release_hooks(plan: &Plan) -> Vec<Value> {
+    plan.objects
+        .iter()
+        .filter(|p| p.hook)
+        .map(|p| {
+            let ann = |k: &str| {
+                p.object
+                    .pointer("/metadata/annotations")
+                    .and_then(|a| a.get(k))
+                    .and_then(Value::as_str)
+                    .map(|s| s.split(',').map(str::trim).collect::<Vec<_>>())
+                    .unwrap_or_default()
+            };
+            let weight: i64 = ann("helm.sh/hook-weight")
+                .first()
+                .and_then(|w| w.parse().ok())
+                .unwrap_or(0);
+            json!({
+                "name": p.object.pointer("/metadata/name"),
+                "kind": p.object["kind"],
+                "path": p.source,
+                "manifest": serde_norway::to_string(&p.object).unwrap_or_default(),
+                "events": ann("helm.sh/hook"),
+                "last_run": {"phase": ""},
+                "weight": weight,
+                "delete_policies": ann("helm.sh/hook-delete-policy"),
+            })
+        })
+        .collect()
 }
 
 /// What Helm marks on every object of release `release` in `namespace`
@@ -255,10 +318,16 @@ pub struct Outcome {
 
 struct Release {
     cluster: ClusterKey,
+    /// Helm's release name and namespace (where its history is).
+    name: String,
+    namespace: String,
     fingerprint: u64,
     objects: BTreeSet<ObjRef>,
     outcome: Outcome,
     tried: Instant,
+    /// Dropped from this process's memory ([`Releases::forget`]): the next
+    /// pass knows the release only from what the cluster stores.
+    forgotten: bool,
 }
 
 /// The engine's process: one request a line in, one answer a line out.
@@ -281,6 +350,8 @@ pub struct Engine {
 pub struct Rendered {
     pub manifests: BTreeMap<String, String>,
     pub crds: Vec<String>,
+    /// The chart's metadata (`Chart.yaml`).
+    pub chart: Value,
 }
 
 impl Engine {
@@ -366,7 +437,12 @@ impl Engine {
                     .collect()
             })
             .unwrap_or_default();
-        Ok(Ok(Rendered { manifests, crds }))
+        let chart = answer.get("chart").cloned().unwrap_or(Value::Null);
+        Ok(Ok(Rendered {
+            manifests,
+            crds,
+            chart,
+        }))
     }
 }
 
@@ -448,17 +524,35 @@ impl Releases {
             .map(|r| r.outcome.clone())
     }
 
-    /// Every release tried: (namespace, proxy) -> (cluster, outcome, objects).
-    pub fn all(&self) -> BTreeMap<(String, String), (ClusterKey, Outcome, usize)> {
+    /// Every release tried: (namespace, proxy) -> (cluster, outcome,
+    /// objects, still only known from before [`Releases::forget`]).
+    pub fn all(&self) -> BTreeMap<(String, String), (ClusterKey, Outcome, usize, bool)> {
         lock(&self.0.releases)
             .iter()
             .map(|(k, r)| {
                 (
                     k.clone(),
-                    (r.cluster.clone(), r.outcome.clone(), r.objects.len()),
+                    (
+                        r.cluster.clone(),
+                        r.outcome.clone(),
+                        r.objects.len(),
+                        r.forgotten,
+                    ),
                 )
             })
             .collect()
+    }
+
+    /// Drops what this process remembers of every release, as a restarted
+    /// CAAPH has nothing but the releases the workload clusters store: each
+    /// is read back from there on the next pass (the proxies' statuses
+    /// stay as written meanwhile). The number of releases dropped.
+    pub fn forget(&self) -> usize {
+        let mut all = lock(&self.0.releases);
+        for r in all.values_mut() {
+            r.forgotten = true;
+        }
+        all.len()
     }
 
     /// What went wrong on the simulator's side (the engine, a list), not a
@@ -509,7 +603,7 @@ impl Releases {
             let due = {
                 let mut all = lock(&self.0.releases);
                 match all.get_mut(&id) {
-                    Some(r) if r.fingerprint == fp => {
+                    Some(r) if r.fingerprint == fp && !r.forgotten => {
                         if r.outcome.generation != generation {
                             r.outcome.generation = generation;
                             let _ = self.0.changed_tx.send(key.clone());
@@ -524,20 +618,34 @@ impl Releases {
                     .await?;
             }
         }
-        let gone: Vec<((String, String), BTreeSet<ObjRef>)> = {
+        let gone: Vec<Release> = {
             let mut all = lock(&self.0.releases);
             let ids: Vec<(String, String)> = all
                 .iter()
                 .filter(|(id, r)| r.cluster == *key && !live.contains(&id.1))
                 .map(|(id, _)| id.clone())
                 .collect();
-            ids.into_iter()
-                .filter_map(|id| all.remove(&id).map(|r| (id, r.objects)))
-                .collect()
+            ids.into_iter().filter_map(|id| all.remove(&id)).collect()
         };
-        for (_, objects) in gone {
-            for o in objects.iter().rev() {
+        // Helm's uninstall: the objects, then every revision of the
+        // release (no `KeepHistory`).
+        for r in gone {
+            for o in r.objects.iter().rev() {
                 self.delete(key, client, o).await;
+            }
+            let said = |e: String| format!("{}/{}: {}: {e}", key.0, key.1, r.name);
+            let versions: Vec<i64> =
+                match helm_storage::history(client, &r.namespace, &r.name).await {
+                    Ok(h) => h.into_keys().collect(),
+                    Err(e) => {
+                        self.0.errors.push(said(e));
+                        Vec::new()
+                    }
+                };
+            for v in versions {
+                if let Err(e) = helm_storage::forget(client, &r.namespace, &r.name, v).await {
+                    self.0.errors.push(said(e));
+                }
             }
         }
         Ok(())
@@ -552,85 +660,275 @@ impl Releases {
         generation: i64,
         fp: u64,
     ) -> Result<(), String> {
-        let previous = lock(&self.0.releases)
+        let remembered = lock(&self.0.releases)
             .get(id)
-            .map(|r| (r.objects.clone(), r.outcome.clone()));
+            .filter(|r| !r.forgotten)
+            .map(|r| r.objects.clone());
         let chart = spec["chartName"].as_str().unwrap_or_default();
+        let version = spec["version"].as_str().unwrap_or_default();
         let release = spec["releaseName"].as_str().unwrap_or(chart).to_string();
         let ns = spec["namespace"].as_str().unwrap_or("default").to_string();
+        let max_history = spec
+            .pointer("/options/upgrade/maxHistory")
+            .and_then(Value::as_u64)
+            .and_then(|m| usize::try_from(m).ok())
+            .filter(|m| *m > 0)
+            .unwrap_or(helm_storage::MAX_HISTORY);
         let text = spec["values"].as_str().unwrap_or_default();
         let values: Result<Value, String> = if text.trim().is_empty() {
             Ok(json!({}))
         } else {
             serde_norway::from_str(text).map_err(|e| format!("the values: {e}"))
         };
-        let rendered = match values {
+        let record = |objects: BTreeSet<ObjRef>, outcome: Outcome| {
+            if let Some(e) = &outcome.error {
+                tracing::warn!(ns = key.0, cluster = key.1, release, "{e}");
+            }
+            lock(&self.0.releases).insert(
+                id.clone(),
+                Release {
+                    cluster: key.clone(),
+                    name: release.clone(),
+                    namespace: ns.clone(),
+                    fingerprint: fp,
+                    objects,
+                    outcome,
+                    tried: Instant::now(),
+                    forgotten: false,
+                },
+            );
+            let _ = self.0.changed_tx.send(key.clone());
+        };
+        // The release as the workload cluster holds it (Helm's storage),
+        // read on every attempt as CAAPH's `GetHelmRelease` reads it.
+        let mut history = match helm_storage::history(client, &ns, &release).await {
+            Ok(h) => h,
+            Err(e) => {
+                let none = Outcome {
+                    generation,
+                    status: None,
+                    revision: 0,
+                    error: Some(e),
+                };
+                record(remembered.unwrap_or_default(), none);
+                return Ok(());
+            }
+        };
+        let unix_now = chrono::Utc::now().timestamp();
+        // A pending release (a Helm client that died mid-way) is marked
+        // failed first, then upgraded.
+        if let Some((v, last)) = history.iter().next_back().map(|(v, l)| (*v, l.clone()))
+            && last["info"]["status"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("pending"))
+        {
+            let failed = helm_storage::with_status(&last, "failed");
+            if let Err(e) = helm_storage::store(client, &failed, false, unix_now).await {
+                let outcome = Outcome {
+                    generation,
+                    status: Some("failed".into()),
+                    revision: v,
+                    error: Some(format!("failed to overwrite status of last release: {e}")),
+                };
+                record(remembered.unwrap_or_default(), outcome);
+                return Ok(());
+            }
+            history.insert(v, failed);
+        }
+        let latest = history.values().next_back().cloned();
+        let latest_status = latest
+            .as_ref()
+            .and_then(|l| l["info"]["status"].as_str())
+            .map(str::to_string);
+        let latest_revision = latest
+            .as_ref()
+            .and_then(|l| l["version"].as_i64())
+            .unwrap_or(0);
+        // What the release holds now: what this process placed, else
+        // (a new process) what the stored manifest names.
+        let prev_objects = match (remembered, &latest) {
+            (Some(o), _) => o,
+            (None, Some(l)) => self.manifest_objects(key, client, l, &ns).await,
+            (None, None) => BTreeSet::new(),
+        };
+        if let (Some(l), Ok(v)) = (&latest, &values) {
+            match helm_storage::up_to_date(l, version, v) {
+                Ok(true) => {
+                    let outcome = Outcome {
+                        generation,
+                        status: latest_status,
+                        revision: latest_revision,
+                        error: None,
+                    };
+                    record(prev_objects, outcome);
+                    return Ok(());
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    let outcome = Outcome {
+                        generation,
+                        status: latest_status,
+                        revision: latest_revision,
+                        error: Some(e),
+                    };
+                    record(prev_objects, outcome);
+                    return Ok(());
+                }
+            }
+        }
+        let kept = |error: String| Outcome {
+            generation,
+            status: latest_status.clone(),
+            revision: latest_revision,
+            error: Some(error),
+        };
+        let rendered = match &values {
             Ok(values) => {
                 let job = json!({"chart": chart, "version": spec["version"], "values": values,
                                  "name": release, "namespace": ns});
                 self.0.engine.render(&job).await?
             }
-            Err(e) => Err(e),
+            Err(e) => Err(e.clone()),
         };
-        // No earlier attempt: no objects, no release.
-        let (prev_objects, prev) = previous.unwrap_or_else(|| {
-            let none = Outcome {
-                generation,
-                status: None,
-                revision: 0,
-                error: None,
-            };
-            (BTreeSet::new(), none)
-        });
-        // A release exists (deployed or failed): an upgrade.
-        let install = prev.status.is_none();
-        let (objects, outcome) = match rendered {
-            Err(why) => (
-                prev_objects,
-                Outcome {
-                    generation,
-                    status: prev.status.clone(),
-                    revision: prev.revision,
-                    error: Some(format!("failed to render chart {chart}: {why}")),
-                },
-            ),
-            Ok(r) => {
-                let (objects, error) = match self
-                    .apply(key, client, &r, &release, &ns, install, &prev_objects)
-                    .await
-                {
-                    Ok(objects) => (objects, None),
-                    Err((objects, why)) => (objects, Some(why)),
-                };
-                let status = if error.is_none() {
-                    "deployed"
-                } else {
-                    "failed"
-                };
-                let outcome = Outcome {
-                    generation,
-                    status: Some(status.into()),
-                    revision: prev.revision + 1,
-                    error,
-                };
-                (objects, outcome)
+        let install = latest.is_none();
+        // Helm renders before it records anything: a chart that does not
+        // render, or renders what does not parse, leaves no revision.
+        let planned = rendered.and_then(|r| plan(&r.manifests, install).map(|p| (r, p)));
+        let (r, plan) = match planned {
+            Ok(x) => x,
+            Err(why) => {
+                record(
+                    prev_objects,
+                    kept(format!("failed to render chart {chart}: {why}")),
+                );
+                return Ok(());
             }
         };
-        if let Some(e) = &outcome.error {
-            tracing::warn!(ns = key.0, cluster = key.1, release, "{e}");
+        let config = values.unwrap_or_else(|_| json!({}));
+        let notes = r
+            .manifests
+            .iter()
+            .find(|(path, _)| {
+                path.split_once('/')
+                    .is_some_and(|(_, rest)| rest == "templates/NOTES.txt")
+            })
+            .map(|(_, text)| text.as_str());
+        let pending = helm_storage::pending(&helm_storage::Revision {
+            name: &release,
+            namespace: &ns,
+            version: latest_revision + 1,
+            chart: &r.chart,
+            config: &config,
+            manifest: release_manifest(&plan),
+            hooks: release_hooks(&plan),
+            notes,
+            first_deployed: latest
+                .as_ref()
+                .and_then(|l| l["info"]["first_deployed"].as_str())
+                .map(str::to_string),
+            now: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
+        });
+        if !install {
+            let statuses = history
+                .iter()
+                .map(|(v, l)| {
+                    (
+                        *v,
+                        l["info"]["status"].as_str().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect();
+            for v in helm_storage::to_prune(&statuses, max_history - 1) {
+                if let Err(e) = helm_storage::forget(client, &ns, &release, v).await {
+                    self.0
+                        .errors
+                        .push(format!("{}/{}: pruning {release} v{v}: {e}", key.0, key.1));
+                }
+            }
         }
-        lock(&self.0.releases).insert(
-            id.clone(),
-            Release {
-                cluster: key.clone(),
-                fingerprint: fp,
-                objects,
-                outcome,
-                tried: Instant::now(),
-            },
-        );
-        let _ = self.0.changed_tx.send(key.clone());
+        // The namespace first (CAAPH installs with `CreateNamespace`):
+        // the record lives there.
+        if let Err(e) = self.namespace(client, &ns).await {
+            record(prev_objects, kept(e));
+            return Ok(());
+        }
+        if let Err(e) = helm_storage::store(client, &pending, true, unix_now).await {
+            record(prev_objects, kept(e));
+            return Ok(());
+        }
+        let (objects, error) = match self
+            .apply(key, client, &r, &plan, &release, &ns, &prev_objects)
+            .await
+        {
+            Ok(objects) => (objects, None),
+            Err((objects, why)) => (objects, Some(why)),
+        };
+        let done = helm_storage::settled(&pending, error.as_deref());
+        let unix_now = chrono::Utc::now().timestamp();
+        if error.is_none() {
+            for old in history
+                .values()
+                .filter(|l| l["info"]["status"] == "deployed")
+            {
+                let superseded = helm_storage::with_status(old, "superseded");
+                if let Err(e) = helm_storage::store(client, &superseded, false, unix_now).await {
+                    self.0
+                        .errors
+                        .push(format!("{}/{}: {release}: {e}", key.0, key.1));
+                }
+            }
+        }
+        if let Err(e) = helm_storage::store(client, &done, false, unix_now).await {
+            self.0
+                .errors
+                .push(format!("{}/{}: {release}: {e}", key.0, key.1));
+        }
+        let outcome = Outcome {
+            generation,
+            status: done["info"]["status"].as_str().map(str::to_string),
+            revision: latest_revision + 1,
+            error,
+        };
+        record(objects, outcome);
         Ok(())
+    }
+
+    /// The objects a stored release's manifest names, placed as Helm
+    /// places them (a namespaced one without a namespace in the
+    /// release's); a kind the apiserver does not serve is left out.
+    async fn manifest_objects(
+        &self,
+        key: &ClusterKey,
+        client: &kube::Client,
+        release: &Value,
+        ns: &str,
+    ) -> BTreeSet<ObjRef> {
+        let text = release["manifest"].as_str().unwrap_or_default();
+        let mut out = BTreeSet::new();
+        for o in documents(text).unwrap_or_default() {
+            let (av, kind, at, name) = obj_ref(&o);
+            let Ok((_, namespaced)) = self.resolve(key, client, &av, &kind).await else {
+                continue;
+            };
+            let at = match (namespaced, at.is_empty()) {
+                (false, _) => String::new(),
+                (true, true) => ns.to_string(),
+                (true, false) => at,
+            };
+            out.insert((av, kind, at, name));
+        }
+        out
+    }
+
+    async fn namespace(&self, client: &kube::Client, ns: &str) -> Result<(), String> {
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let wanted: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": ns}})).map_err(|e| e.to_string())?;
+        match namespaces.create(&PostParams::default(), &wanted).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(format!("namespace {ns}: {e}")),
+        }
     }
 
     /// Install or upgrade: the objects the release now holds, or those and
@@ -641,27 +939,18 @@ impl Releases {
         key: &ClusterKey,
         client: &kube::Client,
         r: &Rendered,
+        plan: &Plan,
         release: &str,
         ns: &str,
-        install: bool,
         previous: &BTreeSet<ObjRef>,
     ) -> Result<BTreeSet<ObjRef>, (BTreeSet<ObjRef>, String)> {
         let keep_previous = |why: String| (previous.clone(), why);
-        let plan = plan(&r.manifests, install).map_err(keep_previous)?;
-        let namespaces: Api<Namespace> = Api::all(client.clone());
-        let wanted: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))
-            .map_err(|e| keep_previous(e.to_string()))?;
-        match namespaces.create(&PostParams::default(), &wanted).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => return Err(keep_previous(format!("namespace {ns}: {e}"))),
-        }
         self.install_crds(key, client, &r.crds)
             .await
             .map_err(keep_previous)?;
         let mut placed = BTreeSet::new();
-        for p in plan.objects {
-            let mut o = p.object;
+        for p in &plan.objects {
+            let mut o = p.object.clone();
             let av = o["apiVersion"].as_str().unwrap_or_default().to_string();
             let kind = o["kind"].as_str().unwrap_or_default().to_string();
             let name = o
@@ -945,5 +1234,38 @@ mod tests {
             c[k] = json!("other");
             assert_ne!(fingerprint(&a), fingerprint(&c), "{k}");
         }
+    }
+
+    #[test]
+    fn the_manifest_holds_the_objects_not_the_hooks() {
+        let m: BTreeMap<String, String> = [
+            ("c/templates/a.yaml", "kind: ConfigMap\nmetadata: {name: a}\n"),
+            (
+                "c/templates/job.yaml",
+                "kind: Job\nmetadata: {name: j, annotations: {helm.sh/hook: pre-install, helm.sh/hook-weight: '-5', helm.sh/hook-delete-policy: 'before-hook-creation,hook-succeeded'}}\n",
+            ),
+            ("c/templates/ns.yaml", "kind: Namespace\nmetadata: {name: n}\n"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let p = plan(&m, true).unwrap_or_default();
+        let text = release_manifest(&p);
+        assert_eq!(
+            text,
+            "---\n# Source: c/templates/ns.yaml\nkind: Namespace\nmetadata:\n  name: n\n\
+             ---\n# Source: c/templates/a.yaml\nkind: ConfigMap\nmetadata:\n  name: a\n"
+        );
+        let [hook] = &release_hooks(&p)[..] else {
+            panic!("one hook: {:?}", release_hooks(&p));
+        };
+        assert_eq!(hook["name"], "j");
+        assert_eq!(hook["path"], "c/templates/job.yaml");
+        assert_eq!(hook["events"], json!(["pre-install"]));
+        assert_eq!(hook["weight"], -5);
+        assert_eq!(
+            hook["delete_policies"],
+            json!(["before-hook-creation", "hook-succeeded"])
+        );
     }
 }

@@ -36,6 +36,7 @@ pub mod controllers;
 pub mod controlplane;
 pub mod faults;
 pub mod helm;
+pub mod helm_storage;
 pub mod kinds;
 pub mod obj;
 pub mod pod;
