@@ -33,6 +33,7 @@ step "set-up: only what the demo runs (scripts/setup-env.sh --demo)"
 exports="$(scripts/setup-env.sh --demo | tail -n 1)"  # a failure stops here (eval of nothing would not)
 eval "$exports"
 export K8S_BIN_DIR CAPI_CRDS_DIR HELM_CHARTS_DIR
+kubectl_first
 work=$(mktemp -d)
 pid="" sim="" vhost="" db=""
 cleanup() {

@@ -45,6 +45,8 @@ if [ -z "${K8S_BIN_DIR:-}" ] || { [ -n "$crds" ] && [ -z "${CAPI_CRDS_DIR:-}" ];
   exports="$("$here/fetch-artifacts.sh" | tail -n 1)"  # a failure stops here (eval of nothing would not)
   eval "$exports"
 fi
+# The kubectl that came with the pinned binaries (at their version), when one did.
+if [ -x "$K8S_BIN_DIR/kubectl" ]; then PATH="$K8S_BIN_DIR:$PATH"; fi
 for tool in etcd kubectl openssl curl python3; do
   command -v "$tool" >/dev/null || { echo "k8s-up.sh: $tool is missing (scripts/setup-env.sh --demo installs it)" >&2; exit 1; }
 done

@@ -12,6 +12,16 @@ cargo_target_dir() {
   echo "$dir"
 }
 
+# kubectl_first: the kubectl that came with the pinned Kubernetes binaries
+# (scripts/fetch-artifacts.sh: at the control plane's version) ahead of
+# any other on PATH, when one came.
+kubectl_first() {
+  if [ -n "${K8S_BIN_DIR:-}" ] && [ -x "$K8S_BIN_DIR/kubectl" ]; then
+    PATH="$K8S_BIN_DIR:$PATH"
+    export PATH
+  fi
+}
+
 # own_services: MariaDB and RabbitMQ of this script's own
 # (scripts/services.sh: free ports, data in a temporary folder), their
 # variables exported for what it runs, stopped when it exits (an EXIT trap:

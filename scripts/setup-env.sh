@@ -89,7 +89,24 @@ command -v mariadbd >/dev/null 2>&1 || apt_install mariadb-server
 # The real Kubernetes control planes of scripts/k8s-up.sh (tests, demo,
 # benchmarks): etcd, kubectl (CRD installation), xz and openssl.
 command -v etcd >/dev/null 2>&1 || apt_install etcd-server
-command -v kubectl >/dev/null 2>&1 || apt_install kubernetes-client
+# kubectl: the one that came with the pinned binaries (the release's server
+# archive, or a mirror carrying it), at the control plane's version. Else
+# the machine's, named when it is further than one minor from the control
+# plane (Kubernetes' version skew policy); Debian's kubernetes-client
+# (1.20) is not installed for it: eight minors behind.
+if [ -x "$K8S_BIN_DIR/kubectl" ]; then
+  kubectl_bin="$K8S_BIN_DIR/kubectl"
+elif kubectl_bin="$(command -v kubectl)"; then
+  minor="$("$kubectl_bin" version --client -o json 2>/dev/null \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["clientVersion"]["minor"].rstrip("+"))' 2>/dev/null || true)"
+  case "$minor" in
+    27 | 28 | 29) ;;
+    *) log "kubectl: the machine's ($kubectl_bin, 1.${minor:-?}) is used: the artifacts' source carries none, and Kubernetes supports kubectl within one minor of the 1.28 control plane; a mirror carrying kubectl or the release's server archive gives the pinned one (docs/testing.md)" ;;
+  esac
+else
+  log "kubectl: none came with the Kubernetes binaries (their source carried none) and none is installed: use the release's server archive (dl.k8s.io, the default home), a mirror carrying kubectl, or install a kubectl 1.27-1.29 (docs/testing.md)"
+  exit 1
+fi
 command -v openssl >/dev/null 2>&1 || apt_install openssl
 command -v setsid >/dev/null 2>&1 || apt_install util-linux
 # Lint of scripts/ (scripts/test-all.sh).
@@ -206,11 +223,12 @@ make_venv "$API22_VENV" "$API22_REQS"
 make_venv "$ANS_VENV" "$ANS_REQS"
 make_venv "$LINT_VENV" "$LINT_REQS"
 make_venv "$TEMPEST_VENV" "$TEMPEST_REQS"
-# The plugin's copy_pod_logs.sh calls kubectl where devstack puts it.
-if [ ! -x /opt/stack/bin/kubectl ]; then
-  log "linking /opt/stack/bin/kubectl (devstack's path, for magnum-tempest-plugin)"
+# The plugin's copy_pod_logs.sh calls kubectl where devstack puts it: the
+# one chosen above.
+if [ "$(readlink -f /opt/stack/bin/kubectl 2>/dev/null)" != "$(readlink -f "$kubectl_bin")" ]; then
+  log "linking /opt/stack/bin/kubectl to $kubectl_bin (devstack's path, for magnum-tempest-plugin)"
   $SUDO mkdir -p /opt/stack/bin
-  $SUDO ln -sf "$(command -v kubectl)" /opt/stack/bin/kubectl
+  $SUDO ln -sf "$kubectl_bin" /opt/stack/bin/kubectl
 fi
 install_driver "$API_VENV"
 install_driver "$API22_VENV"

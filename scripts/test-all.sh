@@ -100,6 +100,7 @@ trap finish EXIT
 stage "set-up (scripts/setup-env.sh: what is missing installed, artifacts verified)"
 exports="$(scripts/setup-env.sh | tail -n 1)"  # a failure stops here (eval of nothing would not)
 eval "$exports"
+kubectl_first
 export CARGO_TERM_COLOR=never
 # One build cache for every clone on this machine, as the venvs are kept in
 # ~/.cache: a clean clone rebuilds only the workspace's own crates, not its

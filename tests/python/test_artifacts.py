@@ -127,6 +127,79 @@ def test_a_corrupt_binary_or_a_missing_file_stops_naming_it(mirror, tmp_path):
         out.stderr
 
 
+def test_a_mirror_that_swaps_a_binary_and_its_checksum_is_refused_naming_the_lock(mirror, tmp_path):
+    """A mirror can swap a binary and the .sha256 beside it: the lock's
+    own checksum refuses it (issue 52)."""
+    root, url = mirror
+    f, sums = root / K8S / "kube-apiserver", root / K8S / "kube-apiserver.sha256"
+    good, good_sum = f.read_bytes(), sums.read_text()
+    swapped = (root / K8S / "kube-controller-manager").read_bytes()
+    swapped_sum = hashlib.sha256(swapped).hexdigest()
+    try:
+        f.write_bytes(swapped)
+        sums.write_text(swapped_sum + "\n")
+        out = fetch(tmp_path, url)
+    finally:
+        f.write_bytes(good)
+        sums.write_text(good_sum)
+    assert out.returncode != 0
+    pinned = [ln.split() for ln in open(os.path.join(ROOT, "scripts", "artifacts.lock"))
+              if ln.startswith("k8s kube-apiserver ")]
+    assert pinned == [["k8s", "kube-apiserver", "v1.28.7", "linux/amd64", good_sum.strip(), "source"]], pinned
+    assert (f"kube-apiserver v1.28.7 from {url}/{K8S}/kube-apiserver: sha256 {swapped_sum} is not a build "
+            f"scripts/artifacts.lock pins for it (pinned: {good_sum.strip()} (source))") in out.stderr, out.stderr
+    assert not os.path.exists(tmp_path / "cache" / "kubernetes-v1.28.7" / "kube-apiserver")
+
+
+ARCHIVE = "kubernetes/release/v1.28.7/kubernetes-server-linux-amd64.tar.gz"
+
+
+def test_the_release_archive_is_checked_by_its_sha512_and_brings_kubectl(mirror, tmp_path):
+    """Where a source carries the release's server archive (dl.k8s.io
+    always: the default home), the binaries come out of it once its sha512
+    is the one the lock pins, kubectl with them at the control plane's
+    version. A fake archive is refused naming the lock; the same archive
+    under a lock that pins it (MAGNUM_RS_ARTIFACTS_LOCK, an operator's own
+    builds) gives its three binaries, and a second run fetches nothing."""
+    root, url = mirror
+    members = tmp_path / "kubernetes" / "server" / "bin"
+    members.mkdir(parents=True)
+    for b in ("kube-apiserver", "kube-controller-manager"):
+        (members / b).write_bytes((root / K8S / b).read_bytes())
+    # Any kubectl stands in for the release's (none is kept here).
+    (members / "kubectl").write_bytes(b"#!/bin/sh\necho kubectl from the archive\n")
+    archive = root / ARCHIVE
+    subprocess.run(["tar", "-czf", str(archive), "-C", str(tmp_path), "kubernetes/server/bin"], check=True)
+    got512 = hashlib.sha512(archive.read_bytes()).hexdigest()
+    pinned512 = next(ln.split()[3] for ln in open(os.path.join(ROOT, "scripts", "artifacts.lock"))
+                     if ln.startswith("release kubernetes-server-linux-amd64.tar.gz v1.28.7 "))
+    own_lock = tmp_path / "own.lock"
+    own_lock.write_text(open(os.path.join(ROOT, "scripts", "artifacts.lock")).read().replace(pinned512, got512))
+    try:
+        out = fetch(tmp_path / "a", url)
+        assert out.returncode != 0
+        assert (f"kubernetes-server-linux-amd64.tar.gz v1.28.7 from {url}/{ARCHIVE}: sha512 mismatch: "
+                f"expected {pinned512} (scripts/artifacts.lock), got {got512}") in out.stderr, out.stderr
+        env = dict(clean_env(tmp_path / "b", url), MAGNUM_RS_ARTIFACTS_LOCK=str(own_lock))
+        out = subprocess.run(["bash", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+        k8s = dict(kv.split("=", 1) for kv in out.stdout.split()[1:])["K8S_BIN_DIR"]
+        for b in ("kube-apiserver", "kube-controller-manager", "kubectl"):
+            assert sha256(os.path.join(k8s, b)) == sha256(members / b), b
+            assert f"{b} v1.28.7: verified (the release's server archive, sha512 in {own_lock})" in out.stderr
+        assert subprocess.run([os.path.join(k8s, "kubectl")], capture_output=True, text=True).stdout == \
+            "kubectl from the archive\n"
+        again = subprocess.run(["bash", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+        assert again.returncode == 0 and "fetching" not in again.stderr, again.stderr
+        # The lock decides, not the cache: under the project's lock the
+        # cached binaries of that archive are fetched anew (and refused).
+        again = subprocess.run(["bash", SCRIPT], env=clean_env(tmp_path / "b", url), capture_output=True,
+                               text=True, timeout=600)
+        assert again.returncode != 0 and "sha512 mismatch" in again.stderr, again.stderr
+    finally:
+        archive.unlink()
+
+
 def test_a_control_plane_runs_from_what_was_fetched(mirror, tmp_path):
     _, url = mirror
     env = clean_env(tmp_path, url)
