@@ -54,18 +54,22 @@ STATIC_CREDENTIALS = ("static_auth_url = https://keystone.example.com:5000/v3\n"
 
 class Env:
     def __init__(self, tmp, line, tick_ms=20, credentials=STATIC_CREDENTIALS, extra="", client_env=None,
-                 conductor_db=None, db_build="rust", failpoint=None, cloud_cleanup=False, openstack=False):
+                 conductor_db=None, db_build="rust", failpoint=None, cloud_cleanup=False, openstack=False,
+                 cp=None, kubeconfig=None):
         """`conductor_db`: maps the database URL to the one the conductor
         uses (e.g. through a proxy); the clients always use the real one.
         `failpoint`: MAGNUM_CONDUCTOR_FAILPOINT for the first conductor.
         `cloud_cleanup`: [capi] cloud_cleanup (off where no OpenStack runs:
         a delete would wait on one that never answers). `openstack`: capi-sim
         makes CAPO's network and load balancer in the real OpenStack and
-        plays OCCM and Cinder CSI in real workload apiservers."""
+        plays OCCM and Cinder CSI in real workload apiservers. `cp`: the
+        control plane to use (else the pool's); `kubeconfig`: the
+        conductor's own (else capi-sim's proxy, as administrator)."""
         self.tmp = tmp
         self.client_env = client_env or {}
         self.getter = None
-        self.sim = Sim(tmp, line, tick_ms, namespace=NAMESPACE, workload_apiservers=openstack, openstack=openstack)
+        self.sim = Sim(tmp, line, tick_ms, cp=cp, namespace=NAMESPACE, workload_apiservers=openstack,
+                       openstack=openstack)
         self.vhost = new_vhost("life")
         self.conf = str(tmp / "conductor.conf")
         self.client_conf = str(tmp / "client.conf")
@@ -74,7 +78,7 @@ class Env:
         for path, url in ((self.conf, conductor_db(db_url) if conductor_db else db_url), (self.client_conf, db_url)):
             write_conf(path, self.vhost, db_url=url,
                        extra=(f"[metrics]\nlisten = 127.0.0.1:{port}\n"
-                              f"[capi]\nkubeconfig = {self.sim.kubeconfig}\nlease_duration = 5\n"
+                              f"[capi]\nkubeconfig = {kubeconfig or self.sim.kubeconfig}\nlease_duration = 5\n"
                               f"cloud_cleanup = {'true' if cloud_cleanup else 'false'}\n{credentials}{extra}"))
         self.conductor = Conductor(self.conf, port, str(tmp / "conductor.log"), failpoint=failpoint)
         self.template = self.client("template", json.dumps(TEMPLATE))["uuid"]
