@@ -117,6 +117,201 @@ pub fn required_resources(line: CapiLine) -> Vec<(&'static str, &'static str, &'
     ]
 }
 
+/// Where a permission is needed: everywhere (the clusters' namespaces are
+/// made per project), or in `[capi] lease_namespace`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scope {
+    Cluster,
+    Leases,
+}
+
+/// The permissions the conductor needs on the management cluster: (API
+/// group, resources, verbs, where). deploy/kubernetes/magnum-conductor-rbac.yaml
+/// grants exactly these (a unit test compares them), and
+/// tests/python/test_rbac.py sees a cluster's lifecycle use every one (the
+/// autoscaler's: held to make its Role, RBAC's escalation check).
+pub const RIGHTS: &[(&str, &[&str], &[&str], Scope)] = &[
+    (
+        "",
+        &["namespaces"],
+        &["create", "get", "patch"],
+        Scope::Cluster,
+    ),
+    (
+        "",
+        &["secrets"],
+        &["create", "delete", "get", "list", "patch"],
+        Scope::Cluster,
+    ),
+    (
+        "",
+        &["configmaps", "serviceaccounts"],
+        &["create", "delete", "list", "patch"],
+        Scope::Cluster,
+    ),
+    (
+        "apps",
+        &["deployments"],
+        &["create", "delete", "list", "patch"],
+        Scope::Cluster,
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        &["roles", "rolebindings"],
+        &["create", "delete", "list", "patch"],
+        Scope::Cluster,
+    ),
+    (
+        "",
+        &["services"],
+        &["create", "list", "patch"],
+        Scope::Cluster,
+    ),
+    (
+        "discovery.k8s.io",
+        &["endpointslices"],
+        &["list", "watch"],
+        Scope::Cluster,
+    ),
+    (
+        "cluster.x-k8s.io",
+        &["clusters", "machinedeployments"],
+        &["create", "delete", "list", "patch", "watch"],
+        Scope::Cluster,
+    ),
+    (
+        "cluster.x-k8s.io",
+        &["machinehealthchecks"],
+        &["create", "delete", "list", "patch"],
+        Scope::Cluster,
+    ),
+    (
+        "cluster.x-k8s.io",
+        &["machines"],
+        &["list", "watch"],
+        Scope::Cluster,
+    ),
+    (
+        "controlplane.cluster.x-k8s.io",
+        &["kubeadmcontrolplanes"],
+        &["create", "list", "patch", "watch"],
+        Scope::Cluster,
+    ),
+    (
+        "bootstrap.cluster.x-k8s.io",
+        &["kubeadmconfigtemplates"],
+        &["create", "delete", "list", "patch"],
+        Scope::Cluster,
+    ),
+    (
+        "infrastructure.cluster.x-k8s.io",
+        &["openstackclusters"],
+        &["create", "list", "patch", "watch"],
+        Scope::Cluster,
+    ),
+    (
+        "infrastructure.cluster.x-k8s.io",
+        &["openstackmachinetemplates"],
+        &["create", "delete", "list", "patch"],
+        Scope::Cluster,
+    ),
+    (
+        "addons.cluster.x-k8s.io",
+        &["helmchartproxies"],
+        &["create", "delete", "get", "list", "patch"],
+        Scope::Cluster,
+    ),
+    (
+        "addons.cluster.x-k8s.io",
+        &["helmreleaseproxies"],
+        &["list", "watch"],
+        Scope::Cluster,
+    ),
+    (
+        "addons.cluster.x-k8s.io",
+        &["clusterresourcesets"],
+        &["create", "delete", "list", "patch"],
+        Scope::Cluster,
+    ),
+    // What the cluster autoscaler's Role grants (capi::autoscaler).
+    (
+        "cluster.x-k8s.io",
+        &[
+            "machinedeployments",
+            "machinedeployments/scale",
+            "machinesets",
+            "machines",
+            "machinepools",
+            "machinepools/scale",
+        ],
+        &["get", "list", "watch", "update", "patch"],
+        Scope::Cluster,
+    ),
+    (
+        "infrastructure.cluster.x-k8s.io",
+        &["openstackmachinetemplates"],
+        &["get", "list", "watch"],
+        Scope::Cluster,
+    ),
+    (
+        "coordination.k8s.io",
+        &["leases"],
+        &["create", "delete", "get", "list", "update", "watch"],
+        Scope::Leases,
+    ),
+];
+
+/// [`RIGHTS`], one (group, resource, verb, where) each, sorted, without
+/// repeats (pure).
+pub fn rights() -> Vec<(&'static str, &'static str, &'static str, Scope)> {
+    let mut out: Vec<_> = RIGHTS
+        .iter()
+        .flat_map(|(g, rs, vs, s)| {
+            rs.iter()
+                .flat_map(move |r| vs.iter().map(move |v| (*g, *r, *v, *s)))
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Which of [`rights`] the management cluster refuses this identity
+/// (I/O: a SelfSubjectAccessReview each, which every authenticated identity
+/// may ask): the refused ones, as `verb group/resource [in namespace]`.
+async fn refused_rights(
+    client: &kube::Client,
+    lease_namespace: &str,
+) -> Result<Vec<String>, kube::Error> {
+    use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
+    let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client.clone());
+    let mut refused = Vec::new();
+    for (group, resource, verb, scope) in rights() {
+        let (resource, subresource) = match resource.split_once('/') {
+            Some((r, s)) => (r, Some(s)),
+            None => (resource, None),
+        };
+        let namespace = (scope == Scope::Leases).then_some(lease_namespace);
+        let review: SelfSubjectAccessReview = serde_json::from_value(serde_json::json!({
+            "spec": {"resourceAttributes": {"group": group, "resource": resource,
+                     "subresource": subresource, "verb": verb, "namespace": namespace}}}))
+        .map_err(kube::Error::SerdeError)?;
+        let answer = api.create(&Default::default(), &review).await?;
+        if !answer.status.is_some_and(|s| s.allowed) {
+            let what = match subresource {
+                Some(s) => format!("{resource}/{s}"),
+                None => resource.to_string(),
+            };
+            let group = if group.is_empty() { "core" } else { group };
+            refused.push(match namespace {
+                Some(ns) => format!("{verb} {group}/{what} in {ns}"),
+                None => format!("{verb} {group}/{what}"),
+            });
+        }
+    }
+    Ok(refused)
+}
+
 /// Which of `required` the served (group version, plural) pairs lack (pure).
 pub fn missing<'a>(
     required: &'a [(&'static str, &'static str, &'static str)],
@@ -431,6 +626,35 @@ async fn management(cfg: &Config) -> Vec<Line> {
             format!("install or upgrade {}", providers.join(", ")),
         )
     }];
+    out.push(
+        match tokio::time::timeout(
+            Duration::from_secs(30),
+            refused_rights(&client, &cfg.capi.lease_namespace),
+        )
+        .await
+        {
+            Ok(Ok(refused)) if refused.is_empty() => Line::ok(
+                "rights",
+                format!("all {} permissions granted", rights().len()),
+            ),
+            Ok(Ok(refused)) => Line::fail(
+                "rights",
+                format!("not granted: {}", refused.join(", ")),
+                "grant them: deploy/kubernetes/magnum-conductor-rbac.yaml (docs/operator-guide.md, \
+                 \"The conductor's identity on the management cluster\")",
+            ),
+            Ok(Err(e)) => Line::warn(
+                "rights",
+                format!("could not ask the apiserver (SelfSubjectAccessReview): {e}"),
+                "the identity's permissions were not checked",
+            ),
+            Err(_) => Line::warn(
+                "rights",
+                "the apiserver did not answer the access reviews within 30 s",
+                "the identity's permissions were not checked",
+            ),
+        },
+    );
     if cfg.capi.api_proxy {
         out.push(api_proxy(&client, &cfg.capi.lease_namespace).await);
     }
@@ -641,6 +865,53 @@ fn charts(cfg: &Config) -> Line {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What deploy/kubernetes/magnum-conductor-rbac.yaml grants, as
+    /// (group, resource, verb, where): a Role's rules are the Leases'.
+    fn shipped() -> Vec<(String, String, String, Scope)> {
+        let text = include_str!("../../deploy/kubernetes/magnum-conductor-rbac.yaml");
+        let mut out = Vec::new();
+        for doc in serde_norway::Deserializer::from_str(text) {
+            let d: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap_or_default();
+            let scope = match d["kind"].as_str() {
+                Some("ClusterRole") => Scope::Cluster,
+                Some("Role") => Scope::Leases,
+                _ => continue,
+            };
+            let strs = |v: &serde_json::Value| -> Vec<String> {
+                v.as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            for rule in d["rules"].as_array().into_iter().flatten() {
+                for g in strs(&rule["apiGroups"]) {
+                    for r in strs(&rule["resources"]) {
+                        for v in strs(&rule["verbs"]) {
+                            out.push((g.clone(), r.clone(), v, scope));
+                        }
+                    }
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    #[test]
+    fn the_shipped_identity_grants_exactly_what_check_asks_for() {
+        let ours: Vec<(String, String, String, Scope)> = rights()
+            .into_iter()
+            .map(|(g, r, v, s)| (g.to_string(), r.to_string(), v.to_string(), s))
+            .collect();
+        let shipped = shipped();
+        assert!(shipped.len() > 50, "{shipped:?}");
+        assert_eq!(ours, shipped);
+    }
 
     #[test]
     fn clusters_no_live_proxy_host_reaches_are_named() {

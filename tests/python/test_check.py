@@ -43,8 +43,9 @@ def test_a_good_setup_passes(env):
     assert rc == 0, out
     assert {k: v[0] for k, v in lines.items()} == {
         "config": "OK", "startup": "OK", "database": "OK", "clusters": "OK", "broker": "OK", "management": "OK",
-        "api-proxy": "OK", "leases": "OK", "keystone": "SKIP", "charts": "OK"}, out
+        "rights": "OK", "api-proxy": "OK", "leases": "OK", "keystone": "SKIP", "charts": "OK"}, out
     assert "schema revision b3e1cf4a2d5e accepted" in lines["database"][1]
+    assert lines["rights"][1].startswith("all ") and lines["rights"][1].endswith(" permissions granted")
     assert "v1beta1 line: all 10 resources served" in lines["management"][1]
 
 
