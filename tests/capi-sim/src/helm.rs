@@ -660,10 +660,14 @@ impl Releases {
         generation: i64,
         fp: u64,
     ) -> Result<(), String> {
-        let remembered = lock(&self.0.releases)
-            .get(id)
-            .filter(|r| !r.forgotten)
-            .map(|r| r.objects.clone());
+        let (remembered, shown) = {
+            let all = lock(&self.0.releases);
+            let r = all.get(id);
+            (
+                r.filter(|r| !r.forgotten).map(|r| r.objects.clone()),
+                r.map(|r| (r.outcome.status.clone(), r.outcome.revision)),
+            )
+        };
         let chart = spec["chartName"].as_str().unwrap_or_default();
         let version = spec["version"].as_str().unwrap_or_default();
         let release = spec["releaseName"].as_str().unwrap_or(chart).to_string();
@@ -704,13 +708,16 @@ impl Releases {
         let mut history = match helm_storage::history(client, &ns, &release).await {
             Ok(h) => h,
             Err(e) => {
-                let none = Outcome {
+                // CAAPH's reconcile fails with the error; the status it
+                // last wrote (release status, revision) stays.
+                let (status, revision) = shown.unwrap_or((None, 0));
+                let outcome = Outcome {
                     generation,
-                    status: None,
-                    revision: 0,
+                    status,
+                    revision,
                     error: Some(e),
                 };
-                record(remembered.unwrap_or_default(), none);
+                record(remembered.unwrap_or_default(), outcome);
                 return Ok(());
             }
         };
