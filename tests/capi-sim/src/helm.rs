@@ -758,37 +758,26 @@ impl Releases {
             (None, Some(l)) => self.manifest_objects(key, client, l, &ns).await,
             (None, None) => BTreeSet::new(),
         };
+        // The release as it stands (status, revision), with what went wrong.
+        let kept = |error: Option<String>| Outcome {
+            generation,
+            status: latest_status.clone(),
+            revision: latest_revision,
+            error,
+        };
         if let (Some(l), Ok(v)) = (&latest, &values) {
             match helm_storage::up_to_date(l, version, v) {
+                Ok(false) => {}
                 Ok(true) => {
-                    let outcome = Outcome {
-                        generation,
-                        status: latest_status,
-                        revision: latest_revision,
-                        error: None,
-                    };
-                    record(prev_objects, outcome);
+                    record(prev_objects, kept(None));
                     return Ok(());
                 }
-                Ok(false) => {}
                 Err(e) => {
-                    let outcome = Outcome {
-                        generation,
-                        status: latest_status,
-                        revision: latest_revision,
-                        error: Some(e),
-                    };
-                    record(prev_objects, outcome);
+                    record(prev_objects, kept(Some(e)));
                     return Ok(());
                 }
             }
         }
-        let kept = |error: String| Outcome {
-            generation,
-            status: latest_status.clone(),
-            revision: latest_revision,
-            error: Some(error),
-        };
         let rendered = match &values {
             Ok(values) => {
                 let job = json!({"chart": chart, "version": spec["version"], "values": values,
@@ -806,7 +795,7 @@ impl Releases {
             Err(why) => {
                 record(
                     prev_objects,
-                    kept(format!("failed to render chart {chart}: {why}")),
+                    kept(Some(format!("failed to render chart {chart}: {why}"))),
                 );
                 return Ok(());
             }
@@ -856,11 +845,11 @@ impl Releases {
         // The namespace first (CAAPH installs with `CreateNamespace`):
         // the record lives there.
         if let Err(e) = self.namespace(client, &ns).await {
-            record(prev_objects, kept(e));
+            record(prev_objects, kept(Some(e)));
             return Ok(());
         }
         if let Err(e) = helm_storage::store(client, &pending, true, unix_now).await {
-            record(prev_objects, kept(e));
+            record(prev_objects, kept(Some(e)));
             return Ok(());
         }
         let (objects, error) = match self
