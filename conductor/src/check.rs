@@ -179,6 +179,8 @@ pub const RIGHTS: &[(&str, &[&str], &[&str], Scope)] = &[
         &["create", "delete", "list", "patch", "watch"],
         Scope::Cluster,
     ),
+    // An adopted topology's Cluster, read before its topology is patched.
+    ("cluster.x-k8s.io", &["clusters"], &["get"], Scope::Cluster),
     (
         "cluster.x-k8s.io",
         &["machinehealthchecks"],

@@ -33,6 +33,7 @@ import time
 import urllib.request
 
 import client_pool
+import rbac
 import shared_cloud
 from conftest import (Conductor, broker_url, free_port, new_database, new_vhost, rabbitmqctl, write_conf)
 from suite_timing import count
@@ -60,7 +61,7 @@ KEYPAIR = ("mykey", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGfJv3b0Jd6Xb1kVx5l0Xo8
 class ApiEnv:
     def __init__(self, tmp, release="23", mode="console", line="v1beta2", workload_apiservers=False,
                  api_conf_extra="", workload_netns=False, cloud_cleanup=False, conductor_capi_extra="",
-                 region_services=()):
+                 region_services=(), identities=False):
         """In the run's cloud (shared_cloud.py): a project and user of its
         own (alice's, with her keypair `mykey`), its magnum-api in a
         catalog region of its own, with the cloud's services of the types in
@@ -68,7 +69,10 @@ class ApiEnv:
         there; tempest every service it uses). `conductor_capi_extra`: more options of
         our conductor's `[capi]`; `workload_netns`: capi-sim runs the
         apiservers of clusters without an API floating IP inside their
-        tenant networks' namespaces (root)."""
+        tenant networks' namespaces (root); `identities`: the conductor
+        reaches the management cluster with a token of its shipped
+        ServiceAccount (deploy/kubernetes/magnum-conductor-rbac.yaml), not
+        as its administrator."""
         self.tmp, self.release, self.mode = tmp, release, mode
         self.venv = API_VENVS[release]
         assert os.path.exists(os.path.join(self.venv, "bin", "magnum-api")), \
@@ -78,7 +82,7 @@ class ApiEnv:
         try:
             self.conductor_capi_extra = conductor_capi_extra
             self._start(tmp, release, line, workload_apiservers, api_conf_extra, workload_netns, cloud_cleanup,
-                        region_services)
+                        region_services, identities)
         except BaseException:
             # Leave nothing behind, above all not this magnum-api's region
             # in the shared catalog.
@@ -86,7 +90,7 @@ class ApiEnv:
             raise
 
     def _start(self, tmp, release, line, workload_apiservers, api_conf_extra, workload_netns, cloud_cleanup,
-               region_services):
+               region_services, identities):
         t = self.cloud.tenant("alice", USER_PW, keypair=KEYPAIR)
         self.api_port = free_port()
         self.api_url = f"http://127.0.0.1:{self.api_port}"
@@ -96,6 +100,11 @@ class ApiEnv:
                        alice=t["user"], user=t["user_name"], project=t["project_name"], region=self.region)
         self.sim = Sim(tmp, line, 20, workload_apiservers=workload_apiservers or workload_netns,
                        workload_netns=workload_netns)
+        self.conductor_kubeconfig = self.sim.kubeconfig
+        if identities:
+            conductor = rbac.Identity("magnum-conductor")
+            conductor.apply(self.sim.cp, tmp)
+            self.conductor_kubeconfig = conductor.kubeconfig(self.sim.cp, tmp)
         self.vhost = new_vhost("e2e")
         build, revision = DB_BUILD[release]
         self.db_url = new_database("e2e", build=build, revision=revision)
@@ -122,7 +131,7 @@ class ApiEnv:
         self.conductor_conf = str(tmp / "conductor.conf")
         write_conf(self.conductor_conf, self.vhost, db_url=self.db_url,
                    extra=(f"[metrics]\nlisten = 127.0.0.1:{self.metrics_port}\n"
-                          f"[capi]\nkubeconfig = {self.sim.kubeconfig}\nlease_duration = 5\nos_distros = ubuntu,rockylinux\n"
+                          f"[capi]\nkubeconfig = {self.conductor_kubeconfig}\nlease_duration = 5\nos_distros = ubuntu,rockylinux\n"
                           # No Octavia or Cinder in this cloud: nothing of OCCM's
                           # or Cinder CSI's to clean up, unless a test asks
                           # (server groups in Nova).

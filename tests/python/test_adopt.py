@@ -33,6 +33,7 @@ import time
 
 import pytest
 
+import rbac
 from test_foreign import CAPI, HELM, create, ensure_namespace
 from test_lifecycle import NAMESPACE, PROJECT, TEMPLATE, Env
 from conftest import CONDUCTOR_BIN, mysql_admin
@@ -47,11 +48,16 @@ KINDS = [(CAPI, "clusters"), (INFRA, "openstackclusters"), (KCP, "kubeadmcontrol
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    e = Env(tmp_path_factory.mktemp("adopt"), "v1beta1")
-    e.foreign = {}
-    e.templates = {}
-    yield e
-    e.close()
+    # The conductor (and its `adopt`) under its shipped identity (issue 53).
+    tmp = tmp_path_factory.mktemp("adopt")
+    with rbac.conductor_env("v1beta1", tmp) as (cp, kubeconfig):
+        e = Env(tmp, "v1beta1", cp=cp, kubeconfig=kubeconfig)
+        e.foreign = {}
+        e.templates = {}
+        try:
+            yield e
+        finally:
+            e.close()
 
 
 def adopt(env, cluster, *flags):

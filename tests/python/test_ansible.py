@@ -10,6 +10,11 @@ the conductor started exactly as the unit's ExecStart says becomes ready
 against the local RabbitMQ/MariaDB and the simulator, a second run changes
 nothing, and rollback.yml restores the kept unit.
 
+magnum-identities.yml (issue 53) applies both shipped identities with the
+management cluster administrator's kubeconfig and writes a token
+kubeconfig for each; the conductor's and the proxy's roles install those,
+and both run under them.
+
 Coexistence (magnum_conductor_rs_legacy_topic): the kept Python unit, here
 Magnum 23.0.0's own magnum-conductor, runs beside ours as
 magnum-conductor-legacy with the drop-in the role writes, and each consumes
@@ -19,12 +24,14 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
 import pytest
+import yaml
 
 from conftest import CONDUCTOR_BIN, ROOT, Conductor, free_port, rabbitmqctl
 from test_lifecycle import Env
@@ -61,10 +68,59 @@ def playbook(root, name, extra):
     return int(recap.group(2)), p.stdout
 
 
-def os_magnum(env, tmp_path, python_unit):
+@pytest.fixture(scope="module")
+def identities(env, tmp_path_factory):
+    """magnum-identities.yml run against the management cluster with its
+    administrator's kubeconfig: the directory of the identities'
+    kubeconfigs it wrote (as on the deploy host), and its first run's
+    (changed, output)."""
+    dest = tmp_path_factory.mktemp("identities") / "magnum-identities"
+    extra = {"magnum_identities_hosts": "localhost", "magnum_identities_admin_kubeconfig": env.sim.cp.kubeconfig,
+             "magnum_identities_kubectl": shutil.which("kubectl"), "magnum_identities_dest": str(dest)}
+    first = playbook(dest.parent / "root", "magnum-identities.yml", extra)
+    return dest, extra, first
+
+
+def test_the_identities_playbook_gives_each_host_a_token_of_its_identity_only(env, identities):
+    """Both shipped identities applied by the playbook, a kubeconfig each
+    holding a token of its ServiceAccount and the cluster's CA only (mode
+    0600 on the deploy host), the conductor's granting exactly what
+    `check` asks (its `rights` line), nothing an administrator has; a
+    second run changes nothing."""
+    dest, extra, (changed, out) = identities
+    assert changed >= 2, out
+    assert oct(dest.stat().st_mode & 0o777) == "0o700"
+    for name in ("magnum-conductor", "magnum-capi-proxy"):
+        path = dest / f"{name}.kubeconfig"
+        assert oct(path.stat().st_mode & 0o777) == "0o600"
+        kc = yaml.safe_load(path.read_text())
+        [user] = kc["users"]
+        assert set(user["user"]) == {"token"}, "a token and nothing else"
+        assert user["user"]["token"] not in out, "the token in the playbook's output"
+        assert kc["clusters"][0]["cluster"]["server"] == env.sim.cp.server
+        who = subprocess.run(["kubectl", "--kubeconfig", str(path), "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"],
+                             capture_output=True, text=True, timeout=60)
+        assert who.stdout == f"system:serviceaccount:magnum-system:{name}", who.stdout + who.stderr
+        # No administrator's right: nodes are nobody's business here.
+        can = subprocess.run(["kubectl", "--kubeconfig", str(path), "auth", "can-i", "list", "nodes"],
+                             capture_output=True, text=True, timeout=60)
+        assert can.stdout.strip() == "no", can.stdout + can.stderr
+    conf = dest.parent / "check.conf"
+    conf.write_text(re.sub(r"kubeconfig = \S+", f"kubeconfig = {dest / 'magnum-conductor.kubeconfig'}",
+                           open(env.conf).read()))
+    p = subprocess.run([CONDUCTOR_BIN, "--config-file", str(conf), "check"], capture_output=True, text=True,
+                       timeout=120)
+    rights = [ln for ln in p.stdout.splitlines() if ln.split()[1:2] == ["rights"]]
+    assert rights and rights[0].split()[0] == "OK", p.stdout + p.stderr
+    changed, out = playbook(dest.parent / "root", "magnum-identities.yml", extra)
+    assert changed == 0, out
+
+
+def os_magnum(env, tmp_path, python_unit, identities):
     """A test root as os_magnum leaves a host: magnum.conf (database,
     broker) and the Python conductor's unit. Returns (root, units dir, the
-    role's variables, our metrics port)."""
+    role's variables, our metrics port); the role installs the conductor's
+    kubeconfig from `identities` (magnum-identities.yml's)."""
     root = tmp_path / "root"
     etc = root / "etc" / "magnum"
     etc.mkdir(parents=True)
@@ -82,8 +138,9 @@ def os_magnum(env, tmp_path, python_unit):
         "magnum_conductor_rs_manage_service": False,
         "magnum_conductor_rs_owner": "root", "magnum_conductor_rs_group": "root",
         "magnum_conductor_rs_metrics_listen": f"127.0.0.1:{port}",
+        "magnum_conductor_rs_kubeconfig_src": str(identities[0] / "magnum-conductor.kubeconfig"),
         "magnum_conductor_rs_config_overrides": {
-            "capi": {"kubeconfig": env.sim.kubeconfig, "lease_duration": 5, "os_distros": ["ubuntu", "rockylinux"]},
+            "capi": {"lease_duration": 5, "os_distros": ["ubuntu", "rockylinux"]},
         },
     }
     return root, units, extra, port
@@ -107,8 +164,8 @@ def start_as_unit(unit, root, log_path, port=None, env=None):
                             env=dict(os.environ, **(env or {})), start_new_session=True)
 
 
-def test_the_role_installs_a_ready_conductor_idempotently_and_rolls_back(env, tmp_path):
-    root, units, extra, port = os_magnum(env, tmp_path, PYTHON_UNIT)
+def test_the_role_installs_a_ready_conductor_idempotently_and_rolls_back(env, identities, tmp_path):
+    root, units, extra, port = os_magnum(env, tmp_path, PYTHON_UNIT, identities)
     etc = root / "etc" / "magnum"
     changed, out = playbook(root, "magnum-conductor-rs.yml", extra)
     assert changed >= 4, out
@@ -118,6 +175,12 @@ def test_the_role_installs_a_ready_conductor_idempotently_and_rolls_back(env, tm
     assert "User=magnum" in unit and "ProtectSystem=strict" in unit
     rendered = (etc / "magnum-conductor.conf.d" / "50-magnum-conductor-rs.conf").read_text()
     assert f"listen = 127.0.0.1:{port}" in rendered and "os_distros = ubuntu,rockylinux" in rendered
+    # The conductor's identity: its kubeconfig installed for os_magnum's
+    # group only, and named in the one [capi] section.
+    kubeconfig = root / "etc/magnum/magnum-conductor-rs.kubeconfig"
+    assert kubeconfig.read_text() == (identities[0] / "magnum-conductor.kubeconfig").read_text()
+    assert oct(kubeconfig.stat().st_mode & 0o777) == "0o640"
+    assert rendered.count("[capi]") == 1 and f"kubeconfig = {kubeconfig}\n" in rendered, rendered
 
     assert not (units / "magnum-conductor-legacy.service").exists(), "no legacy conductor without its topic"
     assert "legacy_topic" not in rendered
@@ -157,13 +220,13 @@ def consumers(vhost):
     return {r[0]: int(r[1]) for r in rows if len(r) == 2 and r[1].isdigit()}  # (no header row)
 
 
-def test_coexistence_runs_the_python_conductor_on_the_legacy_topic_until_retired(env, tmp_path):
+def test_coexistence_runs_the_python_conductor_on_the_legacy_topic_until_retired(env, identities, tmp_path):
     """Migration step 1 with the role, then step 5 and the rollback."""
     legacy = "magnum-conductor-legacy"
     magnum_conductor = os.path.join(os.path.dirname(sys.executable), "magnum-conductor")
     python_unit = PYTHON_UNIT.replace("/openstack/venvs/magnum-29.0.0/bin/magnum-conductor",
                                       f"{magnum_conductor} --config-file {tmp_path}/root/etc/magnum/magnum.conf")
-    root, units, extra, port = os_magnum(env, tmp_path, python_unit)
+    root, units, extra, port = os_magnum(env, tmp_path, python_unit, identities)
     extra["magnum_conductor_rs_legacy_topic"] = legacy
     extra["magnum_conductor_rs_config_overrides"]["conductor"] = {"max_message_bytes": 2097152}
     changed, out = playbook(root, "magnum-conductor-rs.yml", extra)
@@ -230,7 +293,7 @@ def test_coexistence_runs_the_python_conductor_on_the_legacy_topic_until_retired
     assert (units / f"{legacy}.service").read_text() == upgraded
 
 
-def test_the_proxy_role_installs_a_healthy_proxy_with_only_cap_sys_admin(env, tmp_path):
+def test_the_proxy_role_installs_a_healthy_proxy_with_only_cap_sys_admin(env, identities, tmp_path):
     """deploy/ansible/magnum-capi-proxy.yml: the binary, the management
     cluster's kubeconfig and the unit, which runs as its own user with
     CAP_SYS_ADMIN alone (setns into the network namespaces); started as its
@@ -243,7 +306,7 @@ def test_the_proxy_role_installs_a_healthy_proxy_with_only_cap_sys_admin(env, tm
         "magnum_capi_proxy_hosts": "magnum_all",
         "magnum_capi_proxy_root": str(root),
         "magnum_capi_proxy_binary_src": proxy_bin,
-        "magnum_capi_proxy_kubeconfig_src": env.sim.cp.kubeconfig,
+        "magnum_capi_proxy_kubeconfig_src": str(identities[0] / "magnum-capi-proxy.kubeconfig"),
         "magnum_capi_proxy_manage_service": False,
         "magnum_capi_proxy_create_user": False,
         "magnum_capi_proxy_owner_group": "root",

@@ -15,7 +15,9 @@ apiserver refuses it): 198.18.0.1 and 198.18.1.1 (RFC 2544's test range) on
 veth pairs the test makes, whose far ends sit in namespaces of its own, so
 every connection stays on this machine.
 
-On the v1beta1 line (see `env`). The user session: a template with
+The conductor and the proxies reach the management cluster with tokens of
+their shipped ServiceAccounts only (deploy/kubernetes/*-rbac.yaml, issue
+53). On the v1beta1 line (see `env`). The user session: a template with
 `master_lb_floating_ip_enabled=false`; a
 create while no proxy runs waits and says why in `status_reason`; with the
 proxies both clusters reach CREATE_COMPLETE; `kubectl get nodes` through a
@@ -43,6 +45,7 @@ import urllib.request
 
 import pytest
 
+import rbac
 from api_env import ApiEnv
 from conftest import BIN_DIR, free_port
 
@@ -110,7 +113,7 @@ class Proxy:
         self.port, self.metrics_port = free_port(), free_port()
         self.log = open(env.tmp / f"proxy-{host}.log", "a")
         self.args = [PROXY_BIN, "--host", host, "--listen", f"{addr}:{self.port}",
-                     "--advertise-address", f"{addr}:{self.port}", "--kubeconfig", env.sim.cp.kubeconfig,
+                     "--advertise-address", f"{addr}:{self.port}", "--kubeconfig", env.proxy_kubeconfig,
                      "--metrics-listen", f"127.0.0.1:{self.metrics_port}", "--probe-interval", str(PROBE),
                      "--dial-timeout", str(DIAL), "--failures", str(FAILURES), "--lease-duration", str(LEASE)]
         self.start()
@@ -167,7 +170,13 @@ def env(request, tmp_path_factory):
     if os.geteuid() != 0:
         pytest.fail("this test makes network namespaces: run it as root (CI does)")
     line = request.param
-    e = ApiEnv(tmp_path_factory.mktemp(f"api-proxy-{line}"), "23", "console", line, workload_netns=True)
+    tmp = tmp_path_factory.mktemp(f"api-proxy-{line}")
+    # The conductor and the proxies under their shipped identities (issue
+    # 53), each with a token of its own ServiceAccount.
+    e = ApiEnv(tmp, "23", "console", line, workload_netns=True, identities=True)
+    proxy = rbac.Identity("magnum-capi-proxy")
+    proxy.apply(e.sim.cp, tmp)
+    e.proxy_kubeconfig = proxy.kubeconfig(e.sim.cp, tmp)
     e.line = line
     e.hosts = [HostAddress(0), HostAddress(1)]
     yield e

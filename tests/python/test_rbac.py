@@ -16,138 +16,36 @@ The apiserver audits every request of that identity
 `MC_RBAC_DISCOVER=1` runs the same lifecycle with the ServiceAccount bound
 to cluster-admin and prints the rules it used, in the role's YAML shape: what
 a maintainer pastes when the conductor starts using a new resource."""
-import collections
 import json
-import os
 import subprocess
 
 import pytest
-import yaml
 
-from conftest import CONDUCTOR_BIN, ROOT
-from k8s import ControlPlane
+import k8s
+import rbac
+from conftest import CONDUCTOR_BIN
 from test_day2 import T131, settled
 from test_lifecycle import NAMESPACE, TEMPLATE, Env
 
-RBAC = os.path.join(ROOT, "deploy", "kubernetes", "magnum-conductor-rbac.yaml")
-SA = ("magnum-system", "magnum-conductor")
-USER = f"system:serviceaccount:{SA[0]}:{SA[1]}"
-DISCOVER = os.environ.get("MC_RBAC_DISCOVER") == "1"
+CONDUCTOR = rbac.Identity("magnum-conductor")
+SA = (CONDUCTOR.namespace, CONDUCTOR.name)
+DISCOVER = rbac.DISCOVER
 HOLD = "test.magnum.openstack.org/hold"
-
-
-def audited_control_plane(line, tmp):
-    """A control plane of its own whose apiserver audits the conductor's
-    identity (its requests only: Metadata level, to a JSON log)."""
-    cp = ControlPlane(line)
-    policy = tmp / "audit-policy.yaml"
-    policy.write_text(yaml.safe_dump({
-        "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
-        "rules": [{"level": "Metadata", "users": [USER]}, {"level": "None"}]}))
-    cp.audit_log = tmp / "audit.log"
-    argv = cp.stop_apiserver()
-    cp.start_apiserver(argv + [f"--audit-policy-file={policy}", f"--audit-log-path={cp.audit_log}",
-                               "--audit-log-format=json", "--audit-log-mode=blocking"])
-    return cp
 
 
 def conductor_kubeconfig(cp, tmp):
     """The shipped identity applied (or, discovering, the ServiceAccount
     bound to cluster-admin), and a kubeconfig holding only a token of it."""
-    docs = shipped()
-    if DISCOVER:
-        docs = [d for d in docs if d["kind"] in ("Namespace", "ServiceAccount")] + [{
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": "magnum-conductor-discover"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-            "subjects": [{"kind": "ServiceAccount", "namespace": SA[0], "name": SA[1]}]}]
-    manifest = tmp / "rbac.json"
-    manifest.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
-    cp.kubectl("apply", "-f", str(manifest))
-    token = cp.kubectl("create", "token", SA[1], "-n", SA[0], "--duration=4h").strip()
-    path = tmp / "conductor.kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "m", "cluster": {"server": cp.server,
-                                               "certificate-authority": os.path.join(cp.dir, "pki", "ca.crt")}}],
-        "users": [{"name": "conductor", "user": {"token": token}}],
-        "contexts": [{"name": "c", "context": {"cluster": "m", "user": "conductor"}}]}))
-    return str(path)
-
-
-def shipped():
-    """The shipped RBAC documents; with MC_RBAC_DROP=GROUP/RESOURCE:VERB
-    (GROUP empty for the core group), without that one verb: the test must
-    then fail, the apiserver refusing a request of the lifecycle."""
-    docs = list(yaml.safe_load_all(open(RBAC)))
-    drop = os.environ.get("MC_RBAC_DROP")
-    if drop:
-        target, verb = drop.rsplit(":", 1)
-        group, resource = target.split("/", 1)
-        found = False
-        for d in docs:
-            if d["kind"] not in ("ClusterRole", "Role"):
-                continue
-            rules = []
-            for rule in d["rules"]:
-                if group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]:
-                    found = True
-                    rules.append(dict(rule, resources=[r for r in rule["resources"] if r != resource]))
-                    rules.append(dict(rule, resources=[resource], verbs=[v for v in rule["verbs"] if v != verb]))
-                else:
-                    rules.append(rule)
-            d["rules"] = [r for r in rules if r["resources"] and r["verbs"]]
-        assert found, f"MC_RBAC_DROP={drop}: no such rule"
-    return docs
-
-
-def granted(docs):
-    """Every (apiGroup, resource, verb) the shipped roles grant."""
-    out = set()
-    for d in docs:
-        if d["kind"] not in ("ClusterRole", "Role"):
-            continue
-        for rule in d["rules"]:
-            for g in rule["apiGroups"]:
-                for r in rule["resources"]:
-                    for v in rule["verbs"]:
-                        out.add((g, r, v))
-    return out
-
-
-def used(audit_log):
-    """(apiGroup, resource[/subresource], verb) -> [codes] of the
-    conductor's requests, and the refused ones."""
-    seen = collections.defaultdict(list)
-    refused = []
-    with open(audit_log) as f:
-        for line in f:
-            e = json.loads(line)
-            # A watch is audited when its answer starts (it may never end
-            # while the conductor runs); every other request when complete.
-            stage = "ResponseStarted" if e.get("verb") == "watch" else "ResponseComplete"
-            if e.get("user", {}).get("username") != USER or e.get("stage") != stage:
-                continue
-            ref = e.get("objectRef")
-            code = e.get("responseStatus", {}).get("code")
-            if not ref:
-                continue  # discovery (non-resource URLs), which every authenticated user may read
-            resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
-            key = (ref.get("apiGroup", ""), resource, e["verb"])
-            seen[key].append(code)
-            if e["verb"] == "patch" and code == 201:
-                # A server-side apply that made the object: the apiserver
-                # authorizes it as a create too.
-                seen[(key[0], key[1], "create")].append(code)
-            if code == 403:
-                refused.append((key, ref.get("namespace"), ref.get("name")))
-    return seen, refused
+    docs = rbac.discovering(CONDUCTOR) if DISCOVER else CONDUCTOR.docs()
+    CONDUCTOR.apply(cp, tmp, docs)
+    return CONDUCTOR.kubeconfig(cp, tmp)
 
 
 @pytest.fixture(scope="module", params=["v1beta2"])
 def env(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(f"rbac-{request.param}")
-    cp = audited_control_plane(request.param, tmp)
+    cp = k8s.control_plane(request.param)
+    plain = rbac.audit(cp, tmp, [CONDUCTOR.user])
     # A create held 3 s at its crash point outlives a third of the 5 s
     # Lease: the Lease is renewed (update) as a long operation's is.
     kubeconfig = conductor_kubeconfig(cp, tmp)
@@ -158,7 +56,8 @@ def env(request, tmp_path_factory):
     try:
         e.close()
     finally:
-        cp.destroy()
+        rbac.unaudit(cp, plain)
+        cp.stop()
 
 
 def test_check_names_each_permission_an_identity_lacks(env):
@@ -167,7 +66,7 @@ def test_check_names_each_permission_an_identity_lacks(env):
     and where they are granted, before a cluster fails on them."""
     if DISCOVER:
         pytest.skip("discovering")
-    docs = shipped()
+    docs = CONDUCTOR.docs()
     less = []
     for d in docs:
         d = json.loads(json.dumps(d))
@@ -189,12 +88,9 @@ def test_check_names_each_permission_an_identity_lacks(env):
     manifest = env.tmp / "less.json"
     manifest.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": less}))
     env.cp.kubectl("apply", "-f", str(manifest))
-    token = env.cp.kubectl("create", "token", "magnum-conductor-less", "-n", SA[0], "--duration=1h").strip()
-    kc = yaml.safe_load(open(env.conductor_kubeconfig))
-    kc["users"][0]["user"]["token"] = token
-    (env.tmp / "less.kubeconfig").write_text(yaml.safe_dump(kc))
+    less_kubeconfig = CONDUCTOR.kubeconfig(env.cp, env.tmp, sa="magnum-conductor-less")
     conf = env.tmp / "less.conf"
-    conf.write_text(open(env.conf).read().replace(env.conductor_kubeconfig, str(env.tmp / "less.kubeconfig")))
+    conf.write_text(open(env.conf).read().replace(env.conductor_kubeconfig, less_kubeconfig))
     p = subprocess.run([CONDUCTOR_BIN, "--config-file", str(conf), "check"], capture_output=True, text=True,
                        timeout=120)
     lines = p.stdout.splitlines()
@@ -242,7 +138,7 @@ def test_the_lifecycle_runs_under_the_shipped_identity_which_grants_nothing_more
     # (RBAC's escalation check refuses its create otherwise), as made.
     [role] = env.sim.items("rbac.authorization.k8s.io/v1", "roles", f"magnum.openstack.org/cluster-uuid={other}",
                            ns=NAMESPACE)
-    delegated = granted([dict(role, kind="Role")])
+    delegated = rbac.granted([dict(role, kind="Role")])
     assert delegated, role
 
     # The delete's last step deletes what is left of every kind it applied
@@ -274,18 +170,14 @@ def test_the_lifecycle_runs_under_the_shipped_identity_which_grants_nothing_more
     management = [ln for ln in p.stdout.splitlines() if ln.split()[1:2] in (["management"], ["leases"], ["rights"])]
     assert len(management) == 3 and not any("FAIL" in ln for ln in management), p.stdout + p.stderr
     rights = next(ln for ln in management if ln.split()[1] == "rights")
-    assert rights.split()[0] == "OK" and f"all {len(granted(shipped()))} permissions granted" in rights, rights
+    assert rights.split()[0] == "OK" and f"all {len(rbac.granted(CONDUCTOR.docs()))} permissions granted" in rights, rights
 
     # Blocking audit mode: a request is in the log before its answer.
-    seen_rules, refused = used(env.cp.audit_log)
-    docs = shipped()
+    seen_rules, refused = CONDUCTOR.used(env.cp.audit_log)
+    docs = CONDUCTOR.docs()
     if DISCOVER:
-        by = collections.defaultdict(set)
-        for (g, r, v) in seen_rules:
-            by[(g, r)].add(v)
-        rules = [{"apiGroups": [g], "resources": [r], "verbs": sorted(v)} for (g, r), v in sorted(by.items())]
-        print(yaml.safe_dump(rules, sort_keys=False))
+        print(rbac.discovered(seen_rules))
         return
     assert refused == [], f"the shipped role refused requests of the lifecycle: {refused}"
-    unused = sorted(granted(docs) - set(seen_rules) - delegated)
+    unused = sorted(rbac.granted(docs) - set(seen_rules) - delegated - set(rbac.ELSEWHERE))
     assert unused == [], f"rules the lifecycle never needed (remove them, or drive the path that does): {unused}"
