@@ -32,6 +32,7 @@ pub mod memory;
 pub mod metrics;
 pub mod mgmt;
 pub mod notify;
+pub mod offline;
 pub mod ownership;
 pub mod reply;
 pub mod server;

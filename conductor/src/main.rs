@@ -59,6 +59,23 @@ enum Command {
     /// conductor's driver. Exit 0: adopted, adoptable (--dry-run), undone
     /// or already ours; 1: refused, with the reasons; 2: it could not be
     /// read or written.
+    /// Print, as a JSON array, every object a create writes for a cluster
+    /// of one master and one worker whose template has these labels (on
+    /// the management cluster, and ClusterResourceSets' content for the
+    /// workload cluster), with this configuration's charts and autoscaler
+    /// image. Nothing is read or written: `scripts/offline-list.sh` makes
+    /// the list of images and charts to mirror from it.
+    ClusterObjects {
+        /// A template label, KEY=VALUE (repeatable).
+        #[arg(long = "label")]
+        labels: Vec<String>,
+        /// The template's network driver.
+        #[arg(long, default_value = "calico")]
+        network_driver: String,
+        /// The CAPI line: v1beta1 (CAPI 1.10) or v1beta2 (CAPI 1.11+).
+        #[arg(long, default_value = "v1beta2")]
+        line: String,
+    },
     Adopt {
         /// The cluster's uuid, or its name when only one has it.
         cluster: String,
@@ -69,6 +86,40 @@ enum Command {
         #[arg(long)]
         undo: bool,
     },
+}
+
+/// `cluster-objects`: 0 printed, 2 refused (the reason on stderr).
+fn cluster_objects(cfg: &Config, labels: &[String], network_driver: &str, line: &str) -> ExitCode {
+    use conductor::capi::render::CapiLine;
+    let line = match line {
+        "v1beta1" => CapiLine::V1beta1,
+        "v1beta2" => CapiLine::V1beta2,
+        other => {
+            eprintln!("magnum-conductor: --line {other:?}: v1beta1 or v1beta2");
+            return ExitCode::from(2);
+        }
+    };
+    let charts = conductor::capi::addons::AddonCharts::from(&cfg.capi);
+    let out = conductor::offline::parse_labels(labels).and_then(|labels| {
+        conductor::offline::cluster_objects(&conductor::offline::Request {
+            line,
+            labels,
+            network_driver,
+            charts: &charts,
+            autoscaler_image: &cfg.capi.autoscaler_image,
+            namespace_prefix: &cfg.capi.namespace_prefix,
+        })
+    });
+    match out.and_then(|objs| serde_json::to_string_pretty(&objs).map_err(|e| e.to_string())) {
+        Ok(text) => {
+            println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("magnum-conductor: cluster-objects: {e}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 fn init_logging(debug: bool) {
@@ -159,7 +210,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let log_handle = if matches!(args.command, Some(Command::Check | Command::Adopt { .. })) {
+    let log_handle = if matches!(
+        args.command,
+        Some(Command::Check | Command::Adopt { .. } | Command::ClusterObjects { .. })
+    ) {
         init_check_logging();
         conductor::logging::Handle::default()
     } else {
@@ -204,6 +258,11 @@ fn main() -> ExitCode {
             dry_run,
             undo,
         }) => runtime.block_on(adopt(cfg, cluster, dry_run, undo)),
+        Some(Command::ClusterObjects {
+            labels,
+            network_driver,
+            line,
+        }) => cluster_objects(&cfg, &labels, &network_driver, &line),
         None => runtime.block_on(run(cfg, log_handle)),
     };
     // Tasks still running (watches, operations that resume elsewhere) are

@@ -36,8 +36,10 @@ import time
 import pytest
 
 import helm_charts
+import offline_list
 from api_env import USER_PW, ApiEnv
 from shared_cloud import MANILA_SHARE_TYPES
+from conftest import CONDUCTOR_BIN
 from test_api_proxy import apiserver_flags
 from test_lifecycle_keystone import call, password_token
 
@@ -224,6 +226,33 @@ def addons_rendered_by_their_charts(env, hcps, uuid, ns, name):
     for rel, h in hcps.items():
         assert cred_id not in h["spec"]["valuesTemplate"], rel
     return rendered
+
+
+def offline_list_is_what_the_cluster_references(env, hcps, rendered, uuid, ns, sel):
+    """The offline list (issue 53) for this template's labels, as
+    scripts/offline-list.sh makes it (`magnum-conductor cluster-objects`
+    with the conductor's configuration, the charts rendered by the real
+    Helm), names exactly the charts and images this cluster's objects on the
+    management cluster and its charts' renders reference."""
+    version = env.sim.capi.split("/")[1]
+    objs = {("HelmChartProxy", h["metadata"]["name"]): h for h in hcps.values()}
+    for api, plural, selector in ((f"controlplane.cluster.x-k8s.io/{version}", "kubeadmcontrolplanes", sel),
+                                  (env.sim.capi, "machinedeployments", sel),
+                                  ("v1", "configmaps", f"magnum.openstack.org/cluster-uuid={uuid}"),
+                                  ("apps/v1", "deployments", f"magnum.openstack.org/cluster-uuid={uuid}")):
+        found = env.sim.items(api, plural, selector, ns=ns)
+        assert found, f"the cluster has no {plural}"
+        for o in found:
+            objs[(o["kind"], o["metadata"]["name"])] = o
+    actual = offline_list.references(list(objs.values()), rendered)
+    listed = offline_list.generate(CONDUCTOR_BIN, [env.conductor_conf], LABELS, "calico", env.line)
+    assert sorted(listed) == sorted(actual), {"listed, not referenced": sorted(set(listed) - set(actual)),
+                                              "referenced, not listed": sorted(set(actual) - set(listed))}
+    prefix = LABELS["container_infra_prefix"].rstrip("/") + "/"
+    # Every image from the mirror but kubeadm's (no imageRepository is set).
+    kubeadm = {f"registry.k8s.io/{c}:{LABELS['kube_tag']}" for c in offline_list.KUBEADM}
+    assert all(ref.startswith(prefix) or ref in kubeadm for kind, ref in actual if kind == "image"), actual
+    assert sum(kind == "chart" for kind, _ in actual) == len(hcps)
 
 
 def args_of(v):
@@ -413,6 +442,7 @@ def test_every_implemented_label_at_once(env):
     releases = env.sim.items("addons.cluster.x-k8s.io/v1alpha1", "helmreleaseproxies", sel, ns=ns)
     assert {r["spec"]["releaseName"] for r in releases} == set(hcps), releases
     rendered = addons_rendered_by_their_charts(env, hcps, uuid, ns, name)
+    offline_list_is_what_the_cluster_references(env, hcps, rendered, uuid, ns, sel)
     # Manila CSI: our StorageClasses name the CSI driver its chart installs
     # and the Secret its sidecars pass to it, which holds the CA as content
     # (Manila CSI's `os-certAuthority` takes the PEM, not a path: no file to
