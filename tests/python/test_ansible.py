@@ -364,3 +364,36 @@ def test_the_proxy_role_installs_a_healthy_proxy_with_only_cap_sys_admin(env, id
                         "-e", json.dumps(bad)], capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_ROLES_PATH=os.path.join(DEPLOY, "roles")))
     assert r.returncode != 0 and "magnum_capi_proxy_kubeconfig_src" in r.stdout, r.stdout[-2000:]
+
+
+def test_the_api_driver_role_installs_the_package_into_os_magnums_venv(env, tmp_path):
+    """deploy/ansible/magnum-api-driver.yml: the package lands in
+    os_magnum's venv with its `magnum.drivers` entry point, a second run
+    changes nothing, and a magnum.conf whose templates would default to
+    flannel stops the role naming the option and the fix."""
+    root = tmp_path / "root"
+    etc = root / "etc" / "magnum"
+    etc.mkdir(parents=True)
+    (etc / "magnum.conf").write_text("[DEFAULT]\ndebug = false\n[cluster_template]\n"
+                                     "kubernetes_default_network_driver = flannel\n"
+                                     "kubernetes_default_network_driver = calico\n[api]\nport = 9511\n")
+    venv = "/openstack/venvs/magnum-test"
+    subprocess.run([sys.executable, "-m", "venv", str(root) + venv], check=True, capture_output=True)
+    extra = {"magnum_api_driver_hosts": "magnum_all", "magnum_api_driver_root": str(root),
+             "magnum_api_driver_venv": venv, "magnum_api_driver_manage_service": False}
+    changed, out = playbook(root, "magnum-api-driver.yml", extra)
+    assert changed >= 2, out
+    probe = ("import importlib.metadata as m; "
+             "print([e.value for e in m.entry_points(group='magnum.drivers') if e.name == 'k8s_capi_rust'])")
+    p = subprocess.run([f"{root}{venv}/bin/python", "-c", probe], capture_output=True, text=True, timeout=60)
+    assert p.stdout.strip() == "['magnum_capi_rust.driver:Driver']", p.stdout + p.stderr
+    changed, out = playbook(root, "magnum-api-driver.yml", extra)
+    assert changed == 0, out
+
+    (etc / "magnum.conf").write_text("[DEFAULT]\nkubernetes_default_network_driver = calico\n[cluster_template]\n"
+                                     "kubernetes_allowed_network_drivers = calico\n")
+    inv = root.parent / "inventory.ini"
+    r = subprocess.run([f"{ANSIBLE}/bin/ansible-playbook", "-i", str(inv), os.path.join(DEPLOY, "magnum-api-driver.yml"),
+                        "-e", json.dumps(extra)], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_ROLES_PATH=os.path.join(DEPLOY, "roles")))
+    assert r.returncode != 0 and "kubernetes_default_network_driver = flannel" in r.stdout, r.stdout[-2000:]

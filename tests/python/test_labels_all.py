@@ -236,14 +236,16 @@ def offline_list_is_what_the_cluster_references(env, hcps, rendered, uuid, ns, s
     management cluster and its charts' renders reference."""
     version = env.sim.capi.split("/")[1]
     objs = {("HelmChartProxy", h["metadata"]["name"]): h for h in hcps.values()}
-    for api, plural, selector in ((f"controlplane.cluster.x-k8s.io/{version}", "kubeadmcontrolplanes", sel),
-                                  (env.sim.capi, "machinedeployments", sel),
-                                  ("v1", "configmaps", f"magnum.openstack.org/cluster-uuid={uuid}"),
-                                  ("apps/v1", "deployments", f"magnum.openstack.org/cluster-uuid={uuid}")):
+    mine = f"magnum.openstack.org/cluster-uuid={uuid}"
+    for api, kind, plural, selector in (
+            (f"controlplane.cluster.x-k8s.io/{version}", "KubeadmControlPlane", "kubeadmcontrolplanes", sel),
+            (env.sim.capi, "MachineDeployment", "machinedeployments", sel),
+            ("v1", "ConfigMap", "configmaps", mine), ("apps/v1", "Deployment", "deployments", mine)):
         found = env.sim.items(api, plural, selector, ns=ns)
         assert found, f"the cluster has no {plural}"
         for o in found:
-            objs[(o["kind"], o["metadata"]["name"])] = o
+            # (A list's items carry no kind.)
+            objs[(kind, o["metadata"]["name"])] = dict(o, kind=kind)
     actual = offline_list.references(list(objs.values()), rendered)
     listed = offline_list.generate(CONDUCTOR_BIN, [env.conductor_conf], LABELS, "calico", env.line)
     assert sorted(listed) == sorted(actual), {"listed, not referenced": sorted(set(listed) - set(actual)),
