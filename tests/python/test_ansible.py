@@ -56,11 +56,12 @@ def env(tmp_path_factory):
     e.close()
 
 
-def playbook(root, name, extra):
+def playbook(root, name, extra, diff=False):
     inv = root.parent / "inventory.ini"
     inv.write_text(f"[magnum_all]\nlocalhost ansible_connection=local ansible_python_interpreter={ANSIBLE}/bin/python\n")
     p = subprocess.run([f"{ANSIBLE}/bin/ansible-playbook", "-i", str(inv), os.path.join(DEPLOY, name),
-                        "-e", json.dumps(extra)], capture_output=True, text=True, timeout=300,
+                        "-e", json.dumps(extra)] + (["--diff"] if diff else []), capture_output=True, text=True,
+                       timeout=300,
                        env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_ROLES_PATH=os.path.join(DEPLOY, "roles")))
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
     recap = re.search(r"localhost\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=0\s+failed=0", p.stdout)
@@ -77,7 +78,7 @@ def identities(env, tmp_path_factory):
     dest = tmp_path_factory.mktemp("identities") / "magnum-identities"
     extra = {"magnum_identities_hosts": "localhost", "magnum_identities_admin_kubeconfig": env.sim.cp.kubeconfig,
              "magnum_identities_kubectl": shutil.which("kubectl"), "magnum_identities_dest": str(dest)}
-    first = playbook(dest.parent / "root", "magnum-identities.yml", extra)
+    first = playbook(dest.parent / "root", "magnum-identities.yml", extra, diff=True)
     return dest, extra, first
 
 
@@ -167,8 +168,10 @@ def start_as_unit(unit, root, log_path, port=None, env=None):
 def test_the_role_installs_a_ready_conductor_idempotently_and_rolls_back(env, identities, tmp_path):
     root, units, extra, port = os_magnum(env, tmp_path, PYTHON_UNIT, identities)
     etc = root / "etc" / "magnum"
-    changed, out = playbook(root, "magnum-conductor-rs.yml", extra)
+    changed, out = playbook(root, "magnum-conductor-rs.yml", extra, diff=True)
     assert changed >= 4, out
+    token = yaml.safe_load((identities[0] / "magnum-conductor.kubeconfig").read_text())["users"][0]["user"]["token"]
+    assert token not in out, "the identity's token in the role's --diff output"
     unit = (units / "magnum-conductor.service").read_text()
     assert "managed by magnum_conductor_rs" in unit
     assert (units / "magnum-conductor.service.python").read_text() == PYTHON_UNIT, "kept for rollback"
@@ -318,8 +321,10 @@ def test_the_proxy_role_installs_a_healthy_proxy_with_only_cap_sys_admin(env, id
     # The conductors make their Lease namespace; here they may not have run.
     if env.sim.get("/api/v1/namespaces/magnum-system") is None:
         env.sim.create_namespace("magnum-system", {})
-    changed, out = playbook(root, "magnum-capi-proxy.yml", extra)
+    changed, out = playbook(root, "magnum-capi-proxy.yml", extra, diff=True)
     assert changed >= 4, out
+    token = yaml.safe_load((identities[0] / "magnum-capi-proxy.kubeconfig").read_text())["users"][0]["user"]["token"]
+    assert token not in out, "the identity's token in the role's --diff output"
     unit = (root / "etc/systemd/system/magnum-capi-proxy.service").read_text()
     assert "User=magnum-capi-proxy" in unit
     caps = re.findall(r"^(AmbientCapabilities|CapabilityBoundingSet)=(.*)$", unit, re.M)
