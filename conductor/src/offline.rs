@@ -108,26 +108,16 @@ pub fn cluster_objects(r: &Request<'_>) -> Result<Vec<Value>, String> {
         &cloud,
         &input.cluster_uuid,
     ));
-    if let Some(m) = &input.labels.infra.addons.manila {
-        let prefix = input
-            .labels
-            .container_infra_prefix
-            .as_deref()
-            .map(|p| p.trim_end_matches('/'));
-        out.extend(manila::render(
-            &input,
-            m,
-            r.charts,
-            &cloud,
-            true,
-            &[],
-            &input.cluster_uuid,
-            prefix,
-        ));
-    }
-    if input.workers.iter().any(|g| g.autoscale.is_some()) {
-        out.extend(autoscaler::render(&input, r.autoscaler_image));
-    }
+    out.extend(manila::render_labelled(
+        &input,
+        r.charts,
+        &cloud,
+        true,
+        &[],
+        &input.cluster_uuid,
+    ));
+    // (None when autoscaling is off, as in a create.)
+    out.extend(autoscaler::render(&input, r.autoscaler_image));
     Ok(out)
 }
 

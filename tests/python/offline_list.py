@@ -58,9 +58,7 @@ NETWORK_DRIVERS = {"calico": {}, "cilium": {"cilium_hubble_ui_enabled": "true"}}
 
 
 def pod_images(obj):
-    spec = (obj.get("spec") or {})
-    pod = (spec.get("template") or {}).get("spec") or (spec if obj.get("kind") == "Pod" else {})
-    return [c["image"] for c in (pod.get("containers") or []) + (pod.get("initContainers") or [])]
+    return helm_charts.images([(None, obj)])
 
 
 def references(objects, rendered):
@@ -88,7 +86,7 @@ def references(objects, rendered):
                 except yaml.YAMLError:
                     continue
                 for d in docs:
-                    if isinstance(d, dict):
+                    if isinstance(d, dict) and d.get("kind"):
                         for i in pod_images(d):
                             out[("image", i)] = PREFIX
         for i in pod_images(o):

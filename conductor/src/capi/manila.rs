@@ -108,6 +108,28 @@ pub fn workload_manifests(
     out
 }
 
+/// The cluster's Manila CSI objects when its labels ask for them (none
+/// otherwise), its images under `container_infra_prefix` when set: what a
+/// create and an upgrade apply, and `cluster-objects` prints.
+pub fn render_labelled(
+    c: &ClusterInput,
+    charts: &AddonCharts,
+    cloud: &CloudConfig,
+    verify: bool,
+    share_types: &[String],
+    identity: &str,
+) -> Vec<Value> {
+    let Some(m) = &c.labels.infra.addons.manila else {
+        return Vec::new();
+    };
+    let prefix = c
+        .labels
+        .container_infra_prefix
+        .as_deref()
+        .map(|p| p.trim_end_matches('/'));
+    render(c, m, charts, cloud, verify, share_types, identity, prefix)
+}
+
 /// The cluster's Manila CSI objects in the management cluster.
 /// `identity`: the cluster's name in OpenStack (`crate::cloud::identity`);
 /// `registry`: where system images come from.

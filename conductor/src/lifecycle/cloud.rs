@@ -128,27 +128,18 @@ impl Engine {
             .await?;
         let charts = AddonCharts::from(&self.0.capi);
         let mut objects = addons::render(input, network_driver, &charts, cloud, &identity);
-        if let Some(m) = &input.labels.infra.addons.manila {
-            let share_types = match &m.share_network_id {
-                Some(_) => self.share_types(input, cloud).await?,
-                None => Vec::new(),
-            };
-            let prefix = input
-                .labels
-                .container_infra_prefix
-                .as_deref()
-                .map(|p| p.trim_end_matches('/'));
-            objects.extend(crate::capi::manila::render(
-                input,
-                m,
-                &charts,
-                cloud,
-                self.0.credentials.verify,
-                &share_types,
-                &identity,
-                prefix,
-            ));
-        }
+        let share_types = match &input.labels.infra.addons.manila {
+            Some(m) if m.share_network_id.is_some() => self.share_types(input, cloud).await?,
+            _ => Vec::new(),
+        };
+        objects.extend(crate::capi::manila::render_labelled(
+            input,
+            &charts,
+            cloud,
+            self.0.credentials.verify,
+            &share_types,
+            &identity,
+        ));
         Ok(objects)
     }
 
